@@ -1,0 +1,302 @@
+/*
+ * flashc.h — the complete public ABI of flashc.
+ *
+ * flashc is a FlashAttention-style kernel library with two backends behind
+ * this one C ABI: a CPU backend (C11 + OpenMP + AVX2/AVX-512, always
+ * present) and a CUDA backend (a separately loaded module, libflashc_cuda.so,
+ * opened on first use; the core library never links cudart).
+ *
+ * ---------------------------------------------------------------------------
+ * Conventions
+ * ---------------------------------------------------------------------------
+ * - Every function returns a flashc_status. FLASHC_OK (0) is success. On any
+ *   other status, flashc_last_error() returns a message that says precisely
+ *   what was wrong ("q.shape[2]=12 is not a multiple of k.shape[2]=5"). The
+ *   message is thread-local and stays valid until the next flashc_ call on
+ *   the same thread. The library never aborts, exits or prints.
+ * - Tensors are described by flashc_tensor: a data pointer, a dtype, a shape
+ *   and strides IN ELEMENTS (not bytes). Any strides are accepted: transposed
+ *   views, sliced views, negative strides, and zero strides on inputs
+ *   (broadcast). Outputs must not have zero strides on an axis of extent > 1
+ *   (two elements would alias) — FLASHC_ERR_STRIDE.
+ * - Shapes and strides are int64. Sizes whose element count or byte offsets
+ *   overflow int64 are rejected with FLASHC_ERR_OVERFLOW.
+ * - Thread safety: all functions may be called concurrently from any number
+ *   of threads, provided concurrent calls do not write the same memory.
+ * - Pointers: on the CPU backend all pointers are host memory. On the CUDA
+ *   backend all tensor pointers (and sink_logits / dsinks) are device memory
+ *   (cudaMalloc, managed, or any pointer the CUDA driver reports as device
+ *   accessible). FLASHC_BACKEND_AUTO picks CUDA when the pointers are device
+ *   memory and CPU otherwise; mixing host and device pointers in one call is
+ *   FLASHC_ERR_DEVICE_MISMATCH.
+ * - Streams: the CUDA backend enqueues work on params.stream (a cudaStream_t;
+ *   NULL = the legacy default stream) and returns without synchronising.
+ *   Temporary device buffers are stream-ordered. The CPU backend ignores
+ *   stream and returns when the result is written.
+ *
+ * ---------------------------------------------------------------------------
+ * Attention (flashc_attn_fwd / flashc_attn_bwd)
+ * ---------------------------------------------------------------------------
+ * Layout (the logical axis order; any strides):
+ *   q    [B, Sq, Hq,  D]
+ *   k, v [B, Sk, Hkv, D]
+ *   o    [B, Sq, Hq,  D]    same dtype as q
+ *   lse  [B, Hq, Sq]        float32 (float64 when q is F64); natural log
+ * A [B, H, S, D] tensor is the same logical tensor with other strides.
+ * q, k, v, o share one dtype. Hq % Hkv == 0; query head h reads key/value
+ * head h / (Hq / Hkv) (GQA; MQA when Hkv = 1) — no copies are made.
+ * D may be any value 1..256. Sq and Sk may differ (decode: Sq = 1); either
+ * may be 0 (nothing to do) — B, Hq, Hkv and D must be ≥ 1.
+ *
+ * Scores: x_ij = softmax_scale · <q_i, k_j>, softmax_scale = 1/sqrt(D) when
+ * params.softmax_scale == 0.
+ *
+ * Visibility. For query row i and key column j, with offset = Sk − Sq, and
+ * the window (L, R) = (window_left, window_right), −1 meaning unbounded:
+ *   window:  i + offset − L ≤ j ≤ i + offset + R   (a side with −1 is open)
+ *   causal:  the same as window (L, 0): j ≤ i + offset (bottom-right
+ *            aligned, as FlashAttention ≥ 2.1). causal requires
+ *            window_right ∈ {−1, 0}; otherwise FLASHC_ERR_INVALID_ARGUMENT.
+ *   sink tokens N (StreamingLLM): keys j < N are visible to query i whenever
+ *            they would be visible with window_left = −1, i.e. when
+ *            j ≤ i + offset + R (R = 0 when causal; any j when R is open).
+ *   sink logit s_h (GPT-OSS; params.sink_logits, optional): one extra logit
+ *            per head in every row's softmax denominator, with no value:
+ *              O_i = Σ_j e^{x_ij} v_j / (Σ_j e^{x_ij} + e^{s_h})
+ *              L_i = log(Σ_j e^{x_ij} + e^{s_h})
+ *   A row with no visible key: O_i = 0 and L_i = −inf (L_i = s_h when a sink
+ *   logit is given). Never NaN.
+ * Work is skipped by loop bounds: a sliding window costs O(window), not
+ * O(Sk); no mask tensor is ever built, and the Sq×Sk score matrix is never
+ * materialised.
+ *
+ * Precision: F32, F16 and BF16 inputs are computed with fp32 arithmetic
+ * (the CUDA backend rounds P to the input type before P·V for F16/BF16, as
+ * FlashAttention does; F32 never uses TF32) and the output is rounded to the
+ * input dtype. F64 inputs are computed in F64 (the reference precision).
+ *
+ * Backward (flashc_attn_bwd) recomputes the scores from q, k and lse:
+ *   P_ij = exp(x_ij − L_i) (0 when not visible), Δ_i = Σ_d dO_id · O_id,
+ *   dV_j = Σ_i P_ij dO_i,  dP_ij = <dO_i, v_j>,  dS_ij = P_ij (dP_ij − Δ_i),
+ *   dQ_i = scale Σ_j dS_ij k_j,  dK_j = scale Σ_i dS_ij q_i,
+ *   d s_h = −Σ_{b,i} exp(s_h − L_i) Δ_i.
+ * Under GQA dk/dv are summed over the query heads sharing a K/V head.
+ * dq, dk, dv have the shapes and dtype of q, k, v (any strides; they must
+ * not overlap the inputs). dsinks (required when sink_logits is given,
+ * otherwise ignored) is [Hq], contiguous, with the dtype of sink_logits; it
+ * is overwritten, not accumulated.
+ * Results are deterministic (bit-identical across runs and thread counts for
+ * the same backend and ISA) unless params.deterministic == 0 on CUDA, where
+ * the backend may accumulate dQ with float atomics when that is faster.
+ *
+ * ---------------------------------------------------------------------------
+ * Weighted row-sum (flashc_weighted_sum / flashc_weighted_sum_bwd)
+ * ---------------------------------------------------------------------------
+ *   x  [..., D]  (ndim 1..FLASHC_MAX_DIMS, any strides)
+ *   w  [D]
+ *   y  [...]     (x.shape without its last axis; ndim 0 allowed when x is 1-D)
+ *   y[r] = Σ_d x[r, d] · w[d]
+ * Backward: dx[r, d] = dy[r] · w[d];  dw[d] = Σ_r dy[r] · x[r, d].
+ * dw is reduced through per-block partial buffers in a fixed order: no
+ * atomics, bit-identical across runs and thread counts. x, w, y (and dy, dx,
+ * dw) share one dtype; accumulation is fp32 (F64 in F64). In the backward,
+ * dx or dw may be NULL to skip that output (not both).
+ */
+#ifndef FLASHC_H
+#define FLASHC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ version */
+#define FLASHC_VERSION_MAJOR 0
+#define FLASHC_VERSION_MINOR 1
+#define FLASHC_VERSION_PATCH 0
+#define FLASHC_VERSION_NUMBER \
+    (FLASHC_VERSION_MAJOR * 10000 + FLASHC_VERSION_MINOR * 100 + FLASHC_VERSION_PATCH)
+#define FLASHC_STRINGIFY_(x) #x
+#define FLASHC_STRINGIFY(x) FLASHC_STRINGIFY_(x)
+#define FLASHC_VERSION_STRING                                                 \
+    FLASHC_STRINGIFY(FLASHC_VERSION_MAJOR) "." FLASHC_STRINGIFY(              \
+        FLASHC_VERSION_MINOR) "." FLASHC_STRINGIFY(FLASHC_VERSION_PATCH)
+
+/* ------------------------------------------------------------------- export */
+#if defined(FLASHC_BUILDING)
+#  if defined(_WIN32)
+#    define FLASHC_API __declspec(dllexport)
+#  else
+#    define FLASHC_API __attribute__((visibility("default")))
+#  endif
+#elif defined(_WIN32)
+#  define FLASHC_API __declspec(dllimport)
+#else
+#  define FLASHC_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------- status */
+/* Values are pinned: never renumbered, only appended. */
+typedef enum flashc_status {
+    FLASHC_OK = 0,
+    FLASHC_ERR_INVALID_ARGUMENT = 1,   /* a value out of range (window < -1, D > 256, …) */
+    FLASHC_ERR_NULL_POINTER = 2,       /* a required pointer is NULL */
+    FLASHC_ERR_SHAPE = 3,              /* shapes disagree, ndim wrong, extent < 0 */
+    FLASHC_ERR_DTYPE = 4,              /* unknown dtype or dtypes that must match don't */
+    FLASHC_ERR_STRIDE = 5,             /* an output with a zero stride on an extent > 1 axis */
+    FLASHC_ERR_OVERFLOW = 6,           /* an element count or offset overflows int64 */
+    FLASHC_ERR_UNSUPPORTED = 7,        /* valid, but not implemented by this backend */
+    FLASHC_ERR_BACKEND_UNAVAILABLE = 8,/* backend not built, module/driver/GPU missing */
+    FLASHC_ERR_OUT_OF_MEMORY = 9,      /* host or device allocation failed */
+    FLASHC_ERR_CUDA = 10,              /* a CUDA runtime/driver call or launch failed */
+    FLASHC_ERR_PARAMS_SIZE = 11,       /* params.struct_size is not one this library knows */
+    FLASHC_ERR_DEVICE_MISMATCH = 12,   /* host and device pointers mixed in one call */
+    FLASHC_ERR_INTERNAL = 13           /* a bug in flashc: please report */
+} flashc_status;
+
+/* "FLASHC_OK", "FLASHC_ERR_SHAPE", … ; "FLASHC_ERR_UNKNOWN" for other values. */
+FLASHC_API const char *flashc_status_string(int status);
+/* Thread-local message of the last failed call on this thread ("" if none). */
+FLASHC_API const char *flashc_last_error(void);
+
+FLASHC_API const char *flashc_version_string(void); /* "0.1.0" */
+FLASHC_API int flashc_version_number(void);         /* 100 */
+
+/* ----------------------------------------------------------- dtype, backend */
+typedef enum flashc_dtype {
+    FLASHC_F32 = 0,
+    FLASHC_F16 = 1,  /* IEEE binary16 */
+    FLASHC_BF16 = 2, /* bfloat16 */
+    FLASHC_F64 = 3
+} flashc_dtype;
+
+/* Bytes per element of a dtype, 0 for an unknown value. */
+FLASHC_API size_t flashc_dtype_size(int dtype);
+
+typedef enum flashc_backend {
+    FLASHC_BACKEND_AUTO = 0, /* CUDA when the pointers are device memory, else CPU */
+    FLASHC_BACKEND_CPU = 1,
+    FLASHC_BACKEND_CUDA = 2
+} flashc_backend;
+
+/* 1 when the backend can run here, 0 when not (flashc_last_error() then says
+ * why: "CUDA module not built", "libcuda.so.1: cannot open …", "no CUDA
+ * device"). AUTO and CPU are always available. */
+FLASHC_API int flashc_backend_available(int backend);
+
+/* The CPU SIMD path in use: "scalar", "avx2" or "avx512". Chosen once by
+ * cpuid + XGETBV; FLASHC_CPU_ISA=scalar|avx2|avx512 in the environment forces
+ * one (a path the CPU cannot run falls back to the best it can). */
+FLASHC_API const char *flashc_cpu_isa(void);
+
+/* ------------------------------------------------------------------- tensor */
+#define FLASHC_MAX_DIMS 8
+
+typedef struct flashc_tensor {
+    void *data;                         /* first element (offset 0 of every axis) */
+    int32_t dtype;                      /* flashc_dtype */
+    int32_t ndim;                       /* 0..FLASHC_MAX_DIMS */
+    int64_t shape[FLASHC_MAX_DIMS];     /* extents; entries ≥ ndim ignored */
+    int64_t strides[FLASHC_MAX_DIMS];   /* in ELEMENTS, may be 0 or negative */
+} flashc_tensor;
+
+/* ------------------------------------------------------------------- params */
+/* Every params struct starts with struct_size = sizeof(itself) as compiled by
+ * the caller, and is initialised by its *_default() function. New fields
+ * are only ever appended; the library accepts any struct_size it knows
+ * (older callers get defaults for fields they lack) and rejects others with
+ * FLASHC_ERR_PARAMS_SIZE. Bindings check their mirror against
+ * flashc_*_params_size(). */
+
+typedef struct flashc_attn_params {
+    uint32_t struct_size;      /* = sizeof(flashc_attn_params) */
+    int32_t backend;           /* flashc_backend; default AUTO */
+    double softmax_scale;      /* 0 → 1/sqrt(D) */
+    int32_t causal;            /* 0/1: window (L, 0), bottom-right aligned */
+    int32_t deterministic;     /* bwd: 1 (default) = bit-reproducible */
+    int64_t window_left;       /* −1 = unbounded (default) */
+    int64_t window_right;      /* −1 = unbounded (default) */
+    int64_t num_sink_tokens;   /* ≥ 0; keys [0, N) always visible (see above) */
+    const void *sink_logits;   /* NULL or [Hq] contiguous: float32, float64 when q is F64 */
+    void *stream;              /* cudaStream_t on CUDA (NULL = legacy default) */
+} flashc_attn_params;
+
+FLASHC_API flashc_attn_params flashc_attn_params_default(void);
+FLASHC_API size_t flashc_attn_params_size(void);
+
+typedef struct flashc_exec_params {
+    uint32_t struct_size;      /* = sizeof(flashc_exec_params) */
+    int32_t backend;           /* flashc_backend; default AUTO */
+    void *stream;              /* cudaStream_t on CUDA (NULL = legacy default) */
+} flashc_exec_params;
+
+FLASHC_API flashc_exec_params flashc_exec_params_default(void);
+FLASHC_API size_t flashc_exec_params_size(void);
+
+/* ---------------------------------------------------------------- attention */
+/* o = attention(q, k, v); lse may be NULL when the caller does not need it.
+ * params may be NULL (defaults). Shapes and semantics: see the top of file. */
+FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q,
+                                         const flashc_tensor *k,
+                                         const flashc_tensor *v,
+                                         const flashc_tensor *o,
+                                         const flashc_tensor *lse,
+                                         const flashc_attn_params *params);
+
+/* Gradients of attention by recomputation from lse. dout, o like q; lse as
+ * the forward wrote it (same params!). dq, dk, dv required. dsinks: see top. */
+FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout,
+                                         const flashc_tensor *q,
+                                         const flashc_tensor *k,
+                                         const flashc_tensor *v,
+                                         const flashc_tensor *o,
+                                         const flashc_tensor *lse,
+                                         const flashc_tensor *dq,
+                                         const flashc_tensor *dk,
+                                         const flashc_tensor *dv,
+                                         void *dsinks,
+                                         const flashc_attn_params *params);
+
+/* --------------------------------------------------------- weighted row-sum */
+FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x,
+                                             const flashc_tensor *w,
+                                             const flashc_tensor *y,
+                                             const flashc_exec_params *params);
+
+FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy,
+                                                 const flashc_tensor *x,
+                                                 const flashc_tensor *w,
+                                                 const flashc_tensor *dx,
+                                                 const flashc_tensor *dw,
+                                                 const flashc_exec_params *params);
+
+/* ------------------------------------------------- CUDA device memory helpers
+ * Small helpers so that a caller with nothing but ctypes can run on the GPU.
+ * All return FLASHC_ERR_BACKEND_UNAVAILABLE when the CUDA backend is not.
+ * They act on the current device of the calling thread. */
+typedef enum flashc_memcpy_kind {
+    FLASHC_MEMCPY_HOST_TO_DEVICE = 1,
+    FLASHC_MEMCPY_DEVICE_TO_HOST = 2,
+    FLASHC_MEMCPY_DEVICE_TO_DEVICE = 3
+} flashc_memcpy_kind;
+
+FLASHC_API flashc_status flashc_cuda_device_count(int *count);
+/* Writes the NUL-terminated device name into buf (truncated to len). */
+FLASHC_API flashc_status flashc_cuda_device_name(int device, char *buf, size_t len);
+FLASHC_API flashc_status flashc_cuda_set_device(int device);
+FLASHC_API flashc_status flashc_cuda_malloc(void **ptr, size_t bytes);
+FLASHC_API flashc_status flashc_cuda_free(void *ptr); /* NULL is a no-op */
+/* Synchronous with respect to the host (cudaMemcpy semantics). */
+FLASHC_API flashc_status flashc_cuda_memcpy(void *dst, const void *src,
+                                            size_t bytes, int kind);
+FLASHC_API flashc_status flashc_cuda_synchronize(void);
+/* *is_device = 1 when ptr is device-accessible memory, 0 for host memory
+ * (also when the CUDA backend is unavailable: then every pointer is host). */
+FLASHC_API flashc_status flashc_pointer_is_device(const void *ptr, int *is_device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHC_H */

@@ -1,0 +1,180 @@
+/* flashc_attn_fwd / flashc_attn_bwd: validate the call, fold params into the
+ * normalised problem (fc_attn), pick the backend, run it. */
+#include "core.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const AXES4[4] = {"B", "S", "H", "D"};
+
+static flashc_status read_params(const flashc_attn_params *user, flashc_attn_params *p) {
+    *p = flashc_attn_params_default();
+    if (!user) return FLASHC_OK;
+    FC_RETURN_IF(user->struct_size != sizeof(flashc_attn_params), FLASHC_ERR_PARAMS_SIZE,
+                 "params.struct_size=%u, this library's flashc_attn_params is %zu bytes (initialise with "
+                 "flashc_attn_params_default())",
+                 user->struct_size, sizeof(flashc_attn_params));
+    memcpy(p, user, sizeof *p);
+    return FLASHC_OK;
+}
+
+static void copy_strides4(int64_t dst[4], const flashc_tensor *t) {
+    for (int i = 0; i < 4; ++i) dst[i] = t->strides[i];
+}
+
+/* `t` must have exactly `want` as its shape (4-D). */
+static flashc_status expect_shape4(const flashc_tensor *t, const char *name, const int64_t want[4],
+                                   const char *like) {
+    for (int i = 0; i < 4; ++i)
+        FC_RETURN_IF(t->shape[i] != want[i], FLASHC_ERR_SHAPE,
+                     "%s.shape[%d]=%lld (%s) must equal %s's %lld", name, i, (long long)t->shape[i], AXES4[i],
+                     like, (long long)want[i]);
+    return FLASHC_OK;
+}
+
+static flashc_status check_lse(const flashc_tensor *lse, const fc_attn *a, int is_output) {
+    FC_TRY(fc_check_tensor(lse, "lse", 3, is_output));
+    const int want = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    FC_RETURN_IF(lse->dtype != want, FLASHC_ERR_DTYPE, "lse.dtype=%d, expected %s for %s inputs",
+                 (int)lse->dtype, want == FLASHC_F64 ? "F64" : "F32", a->dtype == FLASHC_F64 ? "F64" : "F32/F16/BF16");
+    const int64_t want_shape[3] = {a->B, a->Hq, a->Sq};
+    static const char *const ax[3] = {"B", "Hq", "Sq"};
+    for (int i = 0; i < 3; ++i)
+        FC_RETURN_IF(lse->shape[i] != want_shape[i], FLASHC_ERR_SHAPE,
+                     "lse.shape[%d]=%lld must equal %s=%lld (lse is [B, Hq, Sq])", i, (long long)lse->shape[i],
+                     ax[i], (long long)want_shape[i]);
+    return FLASHC_OK;
+}
+
+/* Validates q, k, v, o and params; fills everything of *a except lse. */
+static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                   const flashc_tensor *o, int o_is_output, const flashc_attn_params *user,
+                                   fc_attn *a, flashc_attn_params *p) {
+    memset(a, 0, sizeof *a);
+    FC_TRY(read_params(user, p));
+    FC_TRY(fc_check_tensor(q, "q", 4, 0));
+    FC_TRY(fc_check_tensor(k, "k", 4, 0));
+    FC_TRY(fc_check_tensor(v, "v", 4, 0));
+    FC_TRY(fc_check_tensor(o, "o", 4, o_is_output));
+    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
+                 "q, k, v, o must share one dtype (got %d, %d, %d, %d)", (int)q->dtype, (int)k->dtype,
+                 (int)v->dtype, (int)o->dtype);
+    a->dtype = q->dtype;
+    a->B = q->shape[0];
+    a->Sq = q->shape[1];
+    a->Hq = q->shape[2];
+    a->D = q->shape[3];
+    a->Sk = k->shape[1];
+    a->Hkv = k->shape[2];
+    FC_RETURN_IF(a->B < 1, FLASHC_ERR_SHAPE, "q.shape[0]=%lld (B) must be >= 1", (long long)a->B);
+    FC_RETURN_IF(a->Hq < 1, FLASHC_ERR_SHAPE, "q.shape[2]=%lld (Hq) must be >= 1", (long long)a->Hq);
+    FC_RETURN_IF(a->Hkv < 1, FLASHC_ERR_SHAPE, "k.shape[2]=%lld (Hkv) must be >= 1", (long long)a->Hkv);
+    FC_RETURN_IF(a->D < 1 || a->D > 256, FLASHC_ERR_INVALID_ARGUMENT,
+                 "q.shape[3]=%lld (head dim D) must be in 1..256", (long long)a->D);
+    FC_RETURN_IF(k->shape[0] != a->B, FLASHC_ERR_SHAPE, "k.shape[0]=%lld (B) must equal q.shape[0]=%lld",
+                 (long long)k->shape[0], (long long)a->B);
+    FC_RETURN_IF(k->shape[3] != a->D, FLASHC_ERR_SHAPE, "k.shape[3]=%lld (D) must equal q.shape[3]=%lld",
+                 (long long)k->shape[3], (long long)a->D);
+    FC_RETURN_IF(a->Hq % a->Hkv != 0, FLASHC_ERR_SHAPE, "q.shape[2]=%lld is not a multiple of k.shape[2]=%lld",
+                 (long long)a->Hq, (long long)a->Hkv);
+    FC_TRY(expect_shape4(v, "v", k->shape, "k"));
+    FC_TRY(expect_shape4(o, "o", q->shape, "q"));
+    a->q = q->data;
+    a->k = k->data;
+    a->v = v->data;
+    a->o = o->data;
+    copy_strides4(a->sq, q);
+    copy_strides4(a->sk, k);
+    copy_strides4(a->sv, v);
+    copy_strides4(a->so, o);
+
+    FC_RETURN_IF(!isfinite(p->softmax_scale), FLASHC_ERR_INVALID_ARGUMENT, "params.softmax_scale=%g is not finite",
+                 p->softmax_scale);
+    a->scale = p->softmax_scale != 0.0 ? p->softmax_scale : 1.0 / sqrt((double)a->D);
+    FC_RETURN_IF(p->causal != 0 && p->causal != 1, FLASHC_ERR_INVALID_ARGUMENT, "params.causal=%d must be 0 or 1",
+                 (int)p->causal);
+    FC_RETURN_IF(p->window_left < -1, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.window_left=%lld must be >= -1 (-1 = unbounded)", (long long)p->window_left);
+    FC_RETURN_IF(p->window_right < -1, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.window_right=%lld must be >= -1 (-1 = unbounded)", (long long)p->window_right);
+    FC_RETURN_IF(p->causal && p->window_right > 0, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.causal=1 with window_right=%lld: causal is window (L, 0), so window_right must be -1 or 0",
+                 (long long)p->window_right);
+    FC_RETURN_IF(p->num_sink_tokens < 0, FLASHC_ERR_INVALID_ARGUMENT, "params.num_sink_tokens=%lld must be >= 0",
+                 (long long)p->num_sink_tokens);
+    FC_RETURN_IF(p->deterministic != 0 && p->deterministic != 1, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.deterministic=%d must be 0 or 1", (int)p->deterministic);
+    a->wl = p->window_left;
+    a->wr = p->causal ? 0 : p->window_right;
+    a->n_sink = p->num_sink_tokens;
+    a->sink_logits = p->sink_logits;
+    a->deterministic = p->deterministic;
+    a->stream = p->stream;
+    return FLASHC_OK;
+}
+
+static flashc_status run(int backend, int bwd, const fc_attn *a) {
+    if (backend == FLASHC_BACKEND_CPU) return bwd ? fc_cpu_attn_bwd(a) : fc_cpu_attn_fwd(a);
+    const fc_cuda_module *m = fc_cuda();
+    if (!m) return FLASHC_ERR_BACKEND_UNAVAILABLE;
+    return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
+}
+
+FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                         const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_attn_params *params) {
+    fc_clear_error();
+    fc_attn a;
+    flashc_attn_params p;
+    FC_TRY(build_problem(q, k, v, o, 1, params, &a, &p));
+    if (lse) {
+        FC_TRY(check_lse(lse, &a, 1));
+        a.lse = lse->data;
+        for (int i = 0; i < 3; ++i) a.slse[i] = lse->strides[i];
+    }
+    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits};
+    int backend;
+    FC_TRY(fc_resolve_backend(p.backend, ptrs, 6, &backend));
+    return run(backend, 0, &a);
+}
+
+FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
+                                         const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv,
+                                         void *dsinks, const flashc_attn_params *params) {
+    fc_clear_error();
+    fc_attn a;
+    flashc_attn_params p;
+    FC_TRY(build_problem(q, k, v, o, 0, params, &a, &p));
+    FC_RETURN_IF(!lse, FLASHC_ERR_NULL_POINTER, "lse is NULL: the backward recomputes P from the forward's lse");
+    FC_TRY(check_lse(lse, &a, 0));
+    a.lse = lse->data;
+    for (int i = 0; i < 3; ++i) a.slse[i] = lse->strides[i];
+
+    FC_TRY(fc_check_tensor(dout, "dout", 4, 0));
+    FC_TRY(fc_check_tensor(dq, "dq", 4, 1));
+    FC_TRY(fc_check_tensor(dk, "dk", 4, 1));
+    FC_TRY(fc_check_tensor(dv, "dv", 4, 1));
+    FC_RETURN_IF(dout->dtype != a.dtype || dq->dtype != a.dtype || dk->dtype != a.dtype || dv->dtype != a.dtype,
+                 FLASHC_ERR_DTYPE, "dout, dq, dk, dv must have q's dtype %d (got %d, %d, %d, %d)", (int)a.dtype,
+                 (int)dout->dtype, (int)dq->dtype, (int)dk->dtype, (int)dv->dtype);
+    FC_TRY(expect_shape4(dout, "dout", q->shape, "q"));
+    FC_TRY(expect_shape4(dq, "dq", q->shape, "q"));
+    FC_TRY(expect_shape4(dk, "dk", k->shape, "k"));
+    FC_TRY(expect_shape4(dv, "dv", v->shape, "v"));
+    FC_RETURN_IF(a.sink_logits && !dsinks, FLASHC_ERR_NULL_POINTER,
+                 "dsinks is NULL but params.sink_logits is set: the backward writes d(sink logits) [Hq]");
+    a.dout = dout->data;
+    a.dq = dq->data;
+    a.dk = dk->data;
+    a.dv = dv->data;
+    a.dsinks = a.sink_logits ? dsinks : NULL;
+    copy_strides4(a.sdo, dout);
+    copy_strides4(a.sdq, dq);
+    copy_strides4(a.sdk, dk);
+    copy_strides4(a.sdv, dv);
+    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.dout, a.dq, a.dk, a.dv, a.dsinks};
+    int backend;
+    FC_TRY(fc_resolve_backend(p.backend, ptrs, 11, &backend));
+    return run(backend, 1, &a);
+}

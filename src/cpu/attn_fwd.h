@@ -1,0 +1,121 @@
+/*
+ * attn_fwd.h — private to the CPU attention forward (src/cpu/attn_fwd*.c).
+ *
+ * The forward is FlashAttention-2: a work item is a block of query rows; it
+ * walks the key tiles that some row of the block can see, keeping per row a
+ * running max m, a running sum ℓ and an unnormalised output accumulator, and
+ * rescales them by exp(m_old − m_new) when the max grows. The Sq×Sk score
+ * matrix is never built. What is shared between the paths lives here: the
+ * union of the rows' visible key ranges, tile classification, the work list
+ * (heaviest first), and the per-row finish (O / ℓ, lse, sink logit).
+ */
+#ifndef FLASHC_CPU_ATTN_FWD_H
+#define FLASHC_CPU_ATTN_FWD_H
+
+#include "flashc_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Per-path entry points; fc_cpu_attn_fwd (attn_fwd.c) picks one. */
+flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a);
+flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a); /* F64: every ISA */
+flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);   /* F32, F16, BF16 */
+flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a); /* F32, F16, BF16 */
+
+/* The keys some row of a block may see, as at most two disjoint sorted
+ * half-open segments [s0[k], s1[k]), k < n. Because lo, hi and sink_end are
+ * non-decreasing in the row index and consecutive rows' windows shift by at
+ * most one key, the union of the rows' window ranges is one interval. */
+typedef struct fc_keysegs {
+    int n;
+    int64_t s0[2], s1[2];
+} fc_keysegs;
+
+/* Query rows [ia, ib] (inclusive, ia ≤ ib) → the union of their visible keys. */
+static inline void fc_block_keysegs(const fc_attn *a, int64_t ia, int64_t ib, fc_keysegs *ks) {
+    int64_t se_max = 0, lo_min = a->Sk, hi_max = 0, se, lo, hi;
+    for (int64_t i = ia; i <= ib; ++i) {
+        fc_visible_range(a, i, &se, &lo, &hi);
+        if (se > se_max) se_max = se;
+        if (lo < hi) {
+            if (lo < lo_min) lo_min = lo;
+            if (hi > hi_max) hi_max = hi;
+        }
+    }
+    ks->n = 0;
+    if (hi_max <= lo_min) { lo_min = hi_max = 0; } /* no row has a window key */
+    if (se_max > 0 && hi_max > lo_min && se_max >= lo_min) { /* touching: merge */
+        ks->s0[0] = 0;
+        ks->s1[0] = se_max > hi_max ? se_max : hi_max;
+        ks->n = 1;
+        return;
+    }
+    if (se_max > 0) { ks->s0[ks->n] = 0; ks->s1[ks->n] = se_max; ks->n++; }
+    if (hi_max > lo_min) { ks->s0[ks->n] = lo_min; ks->s1[ks->n] = hi_max; ks->n++; }
+}
+
+/* Number of keys of [j0, j1) that query row i sees. */
+static inline int64_t fc_row_tile_count(const fc_attn *a, int64_t i, int64_t j0, int64_t j1) {
+    int64_t se, lo, hi, n = 0;
+    fc_visible_range(a, i, &se, &lo, &hi);
+    int64_t x0 = j0, x1 = j1 < se ? j1 : se;
+    if (x1 > x0) n += x1 - x0;
+    x0 = j0 > lo ? j0 : lo;
+    x1 = j1 < hi ? j1 : hi;
+    if (x1 > x0) n += x1 - x0;
+    return n;
+}
+
+/* Tile [j0, j1) for query rows [ia, ib]: FC_TILE_FULL when every row sees
+ * every key (no mask), FC_TILE_EMPTY when no row sees any (skip), else
+ * FC_TILE_PARTIAL (mask per element). */
+enum { FC_TILE_EMPTY = 0, FC_TILE_PARTIAL = 1, FC_TILE_FULL = 2 };
+static inline int fc_tile_kind(const fc_attn *a, int64_t ia, int64_t ib, int64_t j0, int64_t j1) {
+    int all = 1, any = 0;
+    for (int64_t i = ia; i <= ib; ++i) {
+        const int64_t n = fc_row_tile_count(a, i, j0, j1);
+        if (n != j1 - j0) all = 0;
+        if (n) any = 1;
+    }
+    return all ? FC_TILE_FULL : any ? FC_TILE_PARTIAL : FC_TILE_EMPTY;
+}
+
+/* Work list: item t is (outer index, block index); cost = visible keys of
+ * the block's union times its rows. Sorted heaviest first so that the
+ * dynamic schedule does not end on one long causal block. */
+typedef struct fc_work {
+    int64_t outer, blk, cost;
+} fc_work;
+
+static inline int fc_work_cmp(const void *x, const void *y) {
+    const fc_work *p = (const fc_work *)x, *q = (const fc_work *)y;
+    if (p->cost != q->cost) return p->cost > q->cost ? -1 : 1;
+    if (p->outer != q->outer) return p->outer < q->outer ? -1 : 1;
+    return p->blk < q->blk ? -1 : p->blk > q->blk;
+}
+
+/* Per-row finish, shared by every path. acc is the unnormalised output row
+ * relative to e^M (M = the row max in natural-log units, −inf when the row
+ * saw nothing), l = Σ e^{x − M}. Writes the factor to multiply acc by, and
+ * the row's lse L = log(l·e^M + e^s) (s = sink logit, has_sink), computed
+ * without overflow. A row with no visible key: factor 0, L = s or −inf. */
+static inline void fc_row_finish(double M, double l, int has_sink, double s,
+                                 double *factor, double *lse) {
+    if (!(l > 0.0)) {
+        *factor = 0.0;
+        *lse = has_sink ? s : -INFINITY;
+        return;
+    }
+    if (!has_sink) {
+        *factor = 1.0 / l;
+        *lse = M + log(l);
+        return;
+    }
+    const double mx = M > s ? M : s;
+    const double den = l * exp(M - mx) + exp(s - mx); /* ≥ 1 term is e^0 */
+    *factor = exp(M - mx) / den;                        /* = 1 / (l + e^{s−M}) */
+    *lse = mx + log(den);
+}
+
+#endif /* FLASHC_CPU_ATTN_FWD_H */

@@ -1,0 +1,50 @@
+/* Plain-C attention forward: the reference path (FLASHC_CPU_ISA=scalar) for
+ * F32/F16/BF16, computed in fp32, and the F64 path for every ISA. The body
+ * is attn_fwd_scalar_body.h, instantiated twice below. */
+#include "attn_fwd.h"
+
+#include <omp.h>
+
+/* Query rows per block and keys per tile. Small blocks: this path favours
+ * plainness over speed. */
+#define SBR 16
+#define SBC 64
+
+/* Element `off` (in elements, may be negative) of a tensor of `dtype`. */
+static inline double fc_scalar_load(const void *base, int64_t off, int dtype) {
+    switch (dtype) {
+    case FLASHC_F32: return ((const float *)base)[off];
+    case FLASHC_F16: return fc_f16_to_f32(((const uint16_t *)base)[off]);
+    case FLASHC_BF16: return fc_bf16_to_f32(((const uint16_t *)base)[off]);
+    default: return ((const double *)base)[off];
+    }
+}
+
+/* Rounds x to `dtype` (F16/BF16 via fp32, nearest-even) and stores it. */
+static inline void fc_scalar_store(void *base, int64_t off, int dtype, double x) {
+    switch (dtype) {
+    case FLASHC_F32: ((float *)base)[off] = (float)x; break;
+    case FLASHC_F16: ((uint16_t *)base)[off] = fc_f32_to_f16((float)x); break;
+    case FLASHC_BF16: ((uint16_t *)base)[off] = fc_f32_to_bf16((float)x); break;
+    default: ((double *)base)[off] = x; break;
+    }
+}
+
+#define REAL float
+#define EXPR expf
+#define FN(x) fc_scalar_f32_##x
+#include "attn_fwd_scalar_body.h"
+#undef REAL
+#undef EXPR
+#undef FN
+
+#define REAL double
+#define EXPR exp
+#define FN(x) fc_scalar_f64_##x
+#include "attn_fwd_scalar_body.h"
+#undef REAL
+#undef EXPR
+#undef FN
+
+flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a) { return fc_scalar_f32_run(a); }
+flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a) { return fc_scalar_f64_run(a); }

@@ -1,0 +1,64 @@
+/* Run-time choice of the CPU SIMD path: cpuid for the instruction sets,
+ * XGETBV for the OS saving the wider registers. Chosen once; the environment
+ * variable FLASHC_CPU_ISA=scalar|avx2|avx512 caps it (for tests/benchmarks). */
+#include "flashc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static int detect_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return FC_ISA_SCALAR;
+    const int has_fma = (c >> 12) & 1, has_osxsave = (c >> 27) & 1, has_avx = (c >> 28) & 1;
+    const int has_f16c = (c >> 29) & 1;
+    if (!has_osxsave || !has_avx) return FC_ISA_SCALAR;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    const int os_ymm = (xlo & 0x6) == 0x6;          /* XMM | YMM state */
+    const int os_zmm = (xlo & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!os_ymm) return FC_ISA_SCALAR;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return FC_ISA_SCALAR;
+    const int has_avx2 = (b >> 5) & 1;
+    const int has_avx512f = (b >> 16) & 1, has_avx512dq = (b >> 17) & 1;
+    const int has_avx512bw = (b >> 30) & 1, has_avx512vl = (b >> 31) & 1;
+    if (!has_avx2 || !has_fma || !has_f16c) return FC_ISA_SCALAR;
+    if (os_zmm && has_avx512f && has_avx512dq && has_avx512bw && has_avx512vl) return FC_ISA_AVX512;
+    return FC_ISA_AVX2;
+#else
+    return FC_ISA_SCALAR;
+#endif
+}
+
+static int choose_isa(void) {
+    int best = detect_isa();
+    const char *env = getenv("FLASHC_CPU_ISA");
+    if (env && *env) {
+        int want = best;
+        if (!strcmp(env, "scalar")) want = FC_ISA_SCALAR;
+        else if (!strcmp(env, "avx2")) want = FC_ISA_AVX2;
+        else if (!strcmp(env, "avx512")) want = FC_ISA_AVX512;
+        if (want < best) best = want; /* never above what the CPU runs */
+    }
+    return best;
+}
+
+int fc_cpu_isa_level(void) {
+    /* Benign race: every thread computes the same value. */
+    static volatile int level = -1;
+    int l = level;
+    if (l < 0) {
+        l = choose_isa();
+        level = l;
+    }
+    return l;
+}
+
+FLASHC_API const char *flashc_cpu_isa(void) {
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return names[fc_cpu_isa_level()];
+}

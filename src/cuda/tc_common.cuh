@@ -1,0 +1,112 @@
+/*
+ * tc_common.cuh — private helpers of the tensor-core attention kernels
+ * (attn_fwd_tc.cu, attn_bwd_tc.cu): PTX wrappers for cp.async, ldmatrix and
+ * mma.sync m16n8k16 (sm_80+), per-dtype packing, and the error helper.
+ *
+ * Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), as the PTX
+ * ISA defines them and as every kernel here relies on:
+ *   A 16x16 (row): a0a1 = (g, 2t..2t+1)  a2a3 = (g+8, 2t..)  a4a5 = (g, 2t+8..)
+ *                  a6a7 = (g+8, 2t+8..)
+ *   B 16x8  (col): b0b1 = (k 2t..2t+1, n g)  b2b3 = (k 2t+8.., n g)
+ *   C 16x8       : c0c1 = (g, 2t..2t+1)  c2c3 = (g+8, 2t..2t+1)
+ * so the C fragments of two adjacent n8 tiles of S are exactly the A fragment
+ * of one k16 chunk of P (no shuffles between QK^T and PV).
+ */
+#ifndef FLASHC_TC_COMMON_CUH
+#define FLASHC_TC_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "flashc_internal.h"
+
+namespace fctc {
+
+/* ------------------------------------------------------------ dtype ops */
+template <typename T> struct Ops;
+
+template <> struct Ops<__half> {
+    /* (lo, hi) -> one 32-bit register, lo in the low half (lower column). */
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
+};
+
+template <> struct Ops<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 from_f(float x) {
+        return __float2bfloat16_rn(x);
+    }
+};
+
+/* --------------------------------------------------------------- PTX */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/* 16-byte async copy global -> shared; when !pred nothing is read and the 16
+ * bytes are zero-filled (src-size 0), so padding rows/columns cost no branch. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    const int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                        uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1,
+                                          uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ------------------------------------------------------------ errors */
+/* The module's error mechanism is fc_set_error (flashc_internal.h), which the
+ * module defines for its own thread-local message. */
+static inline flashc_status cuda_fail(cudaError_t e, const char *what) {
+    return fc_set_error(FLASHC_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
+                        cudaGetErrorName(e));
+}
+
+} // namespace fctc
+
+#endif /* FLASHC_TC_COMMON_CUH */

@@ -1,0 +1,166 @@
+/*
+ * flashc_internal.h — what the core (the .c files in src/) hands to the backends
+ * (src/cpu/, src/cuda/) after validating a call. Plain C, so that the CUDA
+ * module (C++) includes it too. Not installed; not part of the ABI.
+ *
+ * The core validates everything (shapes, dtypes, strides, overflow, window
+ * values) and folds the user's params into the normalised problem below, so
+ * backends trust their input and only check what they alone know (e.g. a
+ * CUDA launch limit).
+ */
+#ifndef FLASHC_INTERNAL_H
+#define FLASHC_INTERNAL_H
+
+#include "flashc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#  define FC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#  define FC_PRINTF(a, b)
+#endif
+
+/* Records `status` and a printf-style message as this thread's last error;
+ * returns status so that `return fc_set_error(...)` reads naturally. */
+flashc_status fc_set_error(flashc_status status, const char *fmt, ...) FC_PRINTF(2, 3);
+void fc_clear_error(void);
+
+/* ------------------------------------------------------------ attention */
+/* Axis order of every 4-D stride array below: (batch, seq, head, dim), in
+ * elements. lse strides are (batch, head, seq). */
+typedef struct fc_attn {
+    int32_t dtype;                 /* flashc_dtype of q, k, v, o (and grads) */
+    int64_t B, Sq, Sk, Hq, Hkv, D; /* Sq, Sk ≥ 0; the rest ≥ 1; D ≤ 256 */
+    const void *q, *k, *v;
+    void *o;                       /* fwd: written; bwd: read */
+    void *lse;                     /* fwd: may be NULL; bwd: read. f32 (f64 for F64) */
+    int64_t sq[4], sk[4], sv[4], so[4];
+    int64_t slse[3];
+    double scale;                  /* resolved: never 0 */
+    int64_t wl, wr;                /* resolved window; causal folded into wr = 0; −1 open */
+    int64_t n_sink;                /* sink tokens, ≥ 0 */
+    const void *sink_logits;       /* NULL or [Hq] contiguous, f32 (f64 for F64) */
+    int32_t deterministic;
+    void *stream;
+    /* backward only (NULL / unused in the forward) */
+    const void *dout;
+    int64_t sdo[4];
+    void *dq, *dk, *dv;
+    int64_t sdq[4], sdk[4], sdv[4];
+    void *dsinks;                  /* NULL unless sink_logits; [Hq], dtype of sink_logits */
+} fc_attn;
+
+/* Visible keys of query row i: the union of the two disjoint half-open
+ * ranges [0, *sink_end) and [*lo, *hi), with 0 ≤ *sink_end ≤ *lo ≤ *hi ≤ Sk.
+ * This is the one place the masking semantics of flashc.h are written as
+ * code; every backend derives its loop bounds from it (or mirrors it). */
+static inline void fc_visible_range(const fc_attn *a, int64_t i, int64_t *sink_end,
+                                    int64_t *lo, int64_t *hi) {
+    const int64_t diag = i + (a->Sk - a->Sq);
+    int64_t h = a->wr < 0 ? a->Sk : diag + a->wr + 1;
+    if (h > a->Sk) h = a->Sk;
+    if (h < 0) h = 0;
+    int64_t l = a->wl < 0 ? 0 : diag - a->wl;
+    if (l < 0) l = 0;
+    if (l > h) l = h;
+    int64_t s = a->n_sink < l ? a->n_sink : l;
+    if (s < 0) s = 0;
+    *sink_end = s;
+    *lo = l;
+    *hi = h;
+}
+
+/* ------------------------------------------------------ weighted row-sum */
+/* x is viewed as [R, D] where the R rows are the outer multi-index over
+ * outer_shape[0..nouter) (row-major), so each row's offset is
+ * Σ_k idx_k · *_ostr[k]. Unused tensors are NULL. */
+typedef struct fc_wsum {
+    int32_t dtype;
+    int32_t nouter;                       /* 0..FLASHC_MAX_DIMS-1 */
+    int64_t outer_shape[FLASHC_MAX_DIMS];
+    int64_t R, D;                         /* R = Π outer_shape (≥ 0); D ≥ 0 */
+    const void *x;  int64_t x_ostr[FLASHC_MAX_DIMS], x_dstr;
+    const void *w;  int64_t w_str;
+    void *y;        int64_t y_ostr[FLASHC_MAX_DIMS];  /* fwd output */
+    const void *dy; int64_t dy_ostr[FLASHC_MAX_DIMS]; /* bwd input */
+    void *dx;       int64_t dx_ostr[FLASHC_MAX_DIMS], dx_dstr; /* bwd, may be NULL */
+    void *dw;       int64_t dw_str;                   /* bwd, may be NULL */
+    void *stream;
+} fc_wsum;
+
+/* Offset (in elements) of row r given per-outer-axis strides. */
+static inline int64_t fc_wsum_row_offset(const fc_wsum *p, const int64_t *ostr, int64_t r) {
+    int64_t off = 0;
+    for (int k = p->nouter - 1; k >= 0; --k) {
+        const int64_t n = p->outer_shape[k];
+        off += (r % n) * ostr[k];
+        r /= n;
+    }
+    return off;
+}
+
+/* --------------------------------------------------------- CPU backend */
+flashc_status fc_cpu_attn_fwd(const fc_attn *a);
+flashc_status fc_cpu_attn_bwd(const fc_attn *a);
+flashc_status fc_cpu_weighted_sum(const fc_wsum *p);
+flashc_status fc_cpu_weighted_sum_bwd(const fc_wsum *p);
+
+/* 0 = scalar, 1 = avx2 (+fma), 2 = avx512 (F). Chosen once (thread-safe),
+ * honouring FLASHC_CPU_ISA. */
+enum { FC_ISA_SCALAR = 0, FC_ISA_AVX2 = 1, FC_ISA_AVX512 = 2 };
+int fc_cpu_isa_level(void);
+
+/* fp16/bf16 <-> f32 conversion, exact (round-to-nearest-even on the way down). */
+static inline float fc_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } c;
+    c.u = (uint32_t)h << 16;
+    return c.f;
+}
+static inline uint16_t fc_f32_to_bf16(float f) {
+    union { uint32_t u; float f; } c;
+    c.f = f;
+    if ((c.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((c.u >> 16) | 0x40u); /* NaN stays NaN */
+    c.u += 0x7fffu + ((c.u >> 16) & 1u);
+    return (uint16_t)(c.u >> 16);
+}
+float fc_f16_to_f32(uint16_t h);
+uint16_t fc_f32_to_f16(float f);
+
+/* ------------------------------------------------------- CUDA module ABI */
+/* The CUDA backend lives in libflashc_cuda.so. The core dlopen()s it on
+ * first use and calls flashc_cuda_module_init(), which returns this table.
+ * The core refuses a table whose api_version differs from its own. On a
+ * non-OK status, module->last_error() holds the module's thread-local
+ * message, which the core copies into its own. */
+#define FC_CUDA_MODULE_API_VERSION 1
+#define FC_CUDA_MODULE_INIT_SYMBOL "flashc_cuda_module_init"
+
+typedef struct fc_cuda_module {
+    uint32_t api_version; /* FC_CUDA_MODULE_API_VERSION */
+    uint32_t struct_size; /* sizeof(fc_cuda_module) */
+    const char *(*last_error)(void);
+    /* Probes the driver and the devices; non-OK when no usable GPU. */
+    flashc_status (*probe)(void);
+    flashc_status (*attn_fwd)(const fc_attn *a);
+    flashc_status (*attn_bwd)(const fc_attn *a);
+    flashc_status (*weighted_sum)(const fc_wsum *p);
+    flashc_status (*weighted_sum_bwd)(const fc_wsum *p);
+    flashc_status (*device_count)(int *count);
+    flashc_status (*device_name)(int device, char *buf, size_t len);
+    flashc_status (*set_device)(int device);
+    flashc_status (*malloc_)(void **ptr, size_t bytes);
+    flashc_status (*free_)(void *ptr);
+    flashc_status (*memcpy_)(void *dst, const void *src, size_t bytes, int kind);
+    flashc_status (*synchronize)(void);
+    flashc_status (*pointer_is_device)(const void *ptr, int *is_device);
+} fc_cuda_module;
+
+typedef const fc_cuda_module *(*fc_cuda_module_init_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHC_INTERNAL_H */

@@ -1,0 +1,122 @@
+/* flashc_weighted_sum / flashc_weighted_sum_bwd: validation and dispatch.
+ * y[r] = Σ_d x[r, d] · w[d] over the rows r of x [..., D]. */
+#include "core.h"
+
+#include <string.h>
+
+static flashc_status read_params(const flashc_exec_params *user, flashc_exec_params *p) {
+    *p = flashc_exec_params_default();
+    if (!user) return FLASHC_OK;
+    FC_RETURN_IF(user->struct_size != sizeof(flashc_exec_params), FLASHC_ERR_PARAMS_SIZE,
+                 "params.struct_size=%u, this library's flashc_exec_params is %zu bytes (initialise with "
+                 "flashc_exec_params_default())",
+                 user->struct_size, sizeof(flashc_exec_params));
+    memcpy(p, user, sizeof *p);
+    return FLASHC_OK;
+}
+
+/* `row` ([...], x.ndim-1 axes) must have x's outer shape. */
+static flashc_status expect_outer(const flashc_tensor *row, const char *name, const flashc_tensor *x) {
+    FC_RETURN_IF(row->ndim != x->ndim - 1, FLASHC_ERR_SHAPE, "%s.ndim=%d, expected x.ndim-1=%d", name,
+                 (int)row->ndim, (int)x->ndim - 1);
+    for (int i = 0; i < row->ndim; ++i)
+        FC_RETURN_IF(row->shape[i] != x->shape[i], FLASHC_ERR_SHAPE, "%s.shape[%d]=%lld must equal x.shape[%d]=%lld",
+                     name, i, (long long)row->shape[i], i, (long long)x->shape[i]);
+    return FLASHC_OK;
+}
+
+static flashc_status describe_x_w(const flashc_tensor *x, const flashc_tensor *w, fc_wsum *p) {
+    memset(p, 0, sizeof *p);
+    FC_TRY(fc_check_tensor(x, "x", -1, 0));
+    FC_RETURN_IF(x->ndim < 1, FLASHC_ERR_SHAPE, "x.ndim=0: x must have a last axis [..., D]");
+    FC_TRY(fc_check_tensor(w, "w", 1, 0));
+    FC_RETURN_IF(w->dtype != x->dtype, FLASHC_ERR_DTYPE, "w.dtype=%d must equal x.dtype=%d", (int)w->dtype,
+                 (int)x->dtype);
+    p->dtype = x->dtype;
+    p->D = x->shape[x->ndim - 1];
+    FC_RETURN_IF(w->shape[0] != p->D, FLASHC_ERR_SHAPE, "w.shape[0]=%lld must equal x.shape[%d]=%lld (D)",
+                 (long long)w->shape[0], (int)x->ndim - 1, (long long)p->D);
+    p->nouter = x->ndim - 1;
+    p->R = 1;
+    for (int i = 0; i < p->nouter; ++i) {
+        p->outer_shape[i] = x->shape[i];
+        p->x_ostr[i] = x->strides[i];
+        p->R *= x->shape[i];
+    }
+    p->x = x->data;
+    p->x_dstr = x->strides[x->ndim - 1];
+    p->w = w->data;
+    p->w_str = w->strides[0];
+    return FLASHC_OK;
+}
+
+static flashc_status check_same_dtype(const flashc_tensor *t, const char *name, int dtype) {
+    FC_RETURN_IF(t->dtype != dtype, FLASHC_ERR_DTYPE, "%s.dtype=%d must equal x.dtype=%d", name, (int)t->dtype,
+                 dtype);
+    return FLASHC_OK;
+}
+
+static flashc_status run(int backend, int bwd, const fc_wsum *p) {
+    if (backend == FLASHC_BACKEND_CPU) return bwd ? fc_cpu_weighted_sum_bwd(p) : fc_cpu_weighted_sum(p);
+    const fc_cuda_module *m = fc_cuda();
+    if (!m) return FLASHC_ERR_BACKEND_UNAVAILABLE;
+    return fc_cuda_status(m, bwd ? m->weighted_sum_bwd(p) : m->weighted_sum(p));
+}
+
+FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x, const flashc_tensor *w, const flashc_tensor *y,
+                                             const flashc_exec_params *params) {
+    fc_clear_error();
+    flashc_exec_params ep;
+    fc_wsum p;
+    FC_TRY(read_params(params, &ep));
+    FC_TRY(describe_x_w(x, w, &p));
+    FC_TRY(fc_check_tensor(y, "y", -1, 1));
+    FC_TRY(check_same_dtype(y, "y", p.dtype));
+    FC_TRY(expect_outer(y, "y", x));
+    p.y = y->data;
+    for (int i = 0; i < p.nouter; ++i) p.y_ostr[i] = y->strides[i];
+    p.stream = ep.stream;
+    const void *ptrs[] = {p.x, p.w, p.y};
+    int backend;
+    FC_TRY(fc_resolve_backend(ep.backend, ptrs, 3, &backend));
+    return run(backend, 0, &p);
+}
+
+FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const flashc_tensor *x,
+                                                 const flashc_tensor *w, const flashc_tensor *dx,
+                                                 const flashc_tensor *dw, const flashc_exec_params *params) {
+    fc_clear_error();
+    flashc_exec_params ep;
+    fc_wsum p;
+    FC_TRY(read_params(params, &ep));
+    FC_TRY(describe_x_w(x, w, &p));
+    FC_TRY(fc_check_tensor(dy, "dy", -1, 0));
+    FC_TRY(check_same_dtype(dy, "dy", p.dtype));
+    FC_TRY(expect_outer(dy, "dy", x));
+    FC_RETURN_IF(!dx && !dw, FLASHC_ERR_NULL_POINTER, "dx and dw are both NULL: nothing to compute");
+    p.dy = dy->data;
+    for (int i = 0; i < p.nouter; ++i) p.dy_ostr[i] = dy->strides[i];
+    if (dx) {
+        FC_TRY(fc_check_tensor(dx, "dx", x->ndim, 1));
+        FC_TRY(check_same_dtype(dx, "dx", p.dtype));
+        for (int i = 0; i < x->ndim; ++i)
+            FC_RETURN_IF(dx->shape[i] != x->shape[i], FLASHC_ERR_SHAPE, "dx.shape[%d]=%lld must equal x.shape[%d]=%lld",
+                         i, (long long)dx->shape[i], i, (long long)x->shape[i]);
+        p.dx = dx->data;
+        for (int i = 0; i < p.nouter; ++i) p.dx_ostr[i] = dx->strides[i];
+        p.dx_dstr = dx->strides[x->ndim - 1];
+    }
+    if (dw) {
+        FC_TRY(fc_check_tensor(dw, "dw", 1, 1));
+        FC_TRY(check_same_dtype(dw, "dw", p.dtype));
+        FC_RETURN_IF(dw->shape[0] != p.D, FLASHC_ERR_SHAPE, "dw.shape[0]=%lld must equal D=%lld",
+                     (long long)dw->shape[0], (long long)p.D);
+        p.dw = dw->data;
+        p.dw_str = dw->strides[0];
+    }
+    p.stream = ep.stream;
+    const void *ptrs[] = {p.x, p.w, p.dy, p.dx, p.dw};
+    int backend;
+    FC_TRY(fc_resolve_backend(ep.backend, ptrs, 5, &backend));
+    return run(backend, 1, &p);
+}
