@@ -156,6 +156,14 @@ class _View:
         self.ptr = ptr              # address of element (0, ..., 0)
         self.shape = tuple(int(s) for s in shape)
         self.strides = tuple(int(s) for s in strides)  # in elements
+        if 0 in self.shape:
+            # Nothing is read or written; NumPy gives empty arrays all-zero
+            # strides, which would read as aliasing on an output.
+            acc, cs = 1, []
+            for n in reversed(self.shape):
+                cs.append(acc)
+                acc *= max(n, 1)
+            self.strides = tuple(reversed(cs))
         self.code = code
         self.device = device
         self.obj = obj              # keeps the memory alive for the call
@@ -279,6 +287,11 @@ class _Call:
                   % (", ".join(dev), "is" if len(dev) == 1 else "are",
                      ", ".join(host), "is" if len(host) == 1 else "are"))
         self.device = bool(dev)
+        if self.device and self.backend == _lib.FLASHC_BACKEND_CPU:
+            # The CPU backend would dereference device pointers on the host.
+            _fail(_lib.FLASHC_ERR_DEVICE_MISMATCH,
+                  "backend 'cpu' needs host arrays, but %s %s device memory"
+                  % (", ".join(dev), "is" if len(dev) == 1 else "are"))
         self.staged = not self.device and self.backend == _lib.FLASHC_BACKEND_CUDA
         if self.staged:
             # Raise the library's own "unavailable" message before copying.

@@ -55,28 +55,21 @@ static inline void fc_block_keysegs(const fc_attn *a, int64_t ia, int64_t ib, fc
     if (hi_max > lo_min) { ks->s0[ks->n] = lo_min; ks->s1[ks->n] = hi_max; ks->n++; }
 }
 
-/* Number of keys of [j0, j1) that query row i sees. */
-static inline int64_t fc_row_tile_count(const fc_attn *a, int64_t i, int64_t j0, int64_t j1) {
-    int64_t se, lo, hi, n = 0;
-    fc_visible_range(a, i, &se, &lo, &hi);
-    int64_t x0 = j0, x1 = j1 < se ? j1 : se;
-    if (x1 > x0) n += x1 - x0;
-    x0 = j0 > lo ? j0 : lo;
-    x1 = j1 < hi ? j1 : hi;
-    if (x1 > x0) n += x1 - x0;
-    return n;
-}
-
-/* Tile [j0, j1) for query rows [ia, ib]: FC_TILE_FULL when every row sees
- * every key (no mask), FC_TILE_EMPTY when no row sees any (skip), else
- * FC_TILE_PARTIAL (mask per element). */
+/* Tile [j0, j1) for n query rows whose visible ranges are se[], lo[], hi[]
+ * (fc_visible_range): FC_TILE_FULL when every row sees every key (no mask),
+ * FC_TILE_EMPTY when no row sees any (skip), else FC_TILE_PARTIAL (mask per
+ * element). O(n) per tile, against O(n·(j1−j0)·D) of arithmetic. */
 enum { FC_TILE_EMPTY = 0, FC_TILE_PARTIAL = 1, FC_TILE_FULL = 2 };
-static inline int fc_tile_kind(const fc_attn *a, int64_t ia, int64_t ib, int64_t j0, int64_t j1) {
+static inline int fc_tile_kind(const int64_t *se, const int64_t *lo, const int64_t *hi, int n,
+                               int64_t j0, int64_t j1) {
     int all = 1, any = 0;
-    for (int64_t i = ia; i <= ib; ++i) {
-        const int64_t n = fc_row_tile_count(a, i, j0, j1);
-        if (n != j1 - j0) all = 0;
-        if (n) any = 1;
+    for (int r = 0; r < n; ++r) {
+        /* When the sinks reach the window the row sees one interval [0, hi). */
+        const int64_t wlo = se[r] == lo[r] ? 0 : lo[r];
+        const int full = j1 <= se[r] || (wlo <= j0 && j1 <= hi[r]);
+        const int none = j0 >= se[r] && (lo[r] >= hi[r] || j1 <= lo[r] || j0 >= hi[r]);
+        all &= full;
+        any |= !none;
     }
     return all ? FC_TILE_FULL : any ? FC_TILE_PARTIAL : FC_TILE_EMPTY;
 }

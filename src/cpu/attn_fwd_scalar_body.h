@@ -45,7 +45,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += SBC) {
             const int64_t j1 = j0 + SBC < ks.s1[sg] ? j0 + SBC : ks.s1[sg];
             const int nb = (int)(j1 - j0);
-            const int kind = fc_tile_kind(a, i0, i0 + nr - 1, j0, j1);
+            const int kind = fc_tile_kind(se, lo, hi, nr, j0, j1);
             if (kind == FC_TILE_EMPTY) continue;
             for (int jj = 0; jj < nb; ++jj) {
                 const int64_t ko = b * a->sk[0] + (j0 + jj) * a->sk[1] + hk * a->sk[2];

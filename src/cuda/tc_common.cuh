@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "flashc_internal.h"
+#include "fc_cuda.cuh"
 
 namespace fctc {
 
@@ -97,14 +97,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* ------------------------------------------------------------ errors */
-/* The module's error mechanism is fc_set_error (flashc_internal.h), which the
- * module defines for its own thread-local message. */
-static inline flashc_status cuda_fail(cudaError_t e, const char *what) {
-    return fc_set_error(FLASHC_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
-                        cudaGetErrorName(e));
 }
 
 } // namespace fctc

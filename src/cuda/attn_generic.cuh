@@ -1,0 +1,91 @@
+/*
+ * attn_generic.cuh — pieces shared by the generic (SIMT) attention kernels,
+ * attn_generic_fwd.cu and attn_generic_bwd.cu: the tile shapes and the
+ * shared-memory tile loader.
+ *
+ * Every kernel runs 256 threads as a 16 × 16 grid (tx = tid % 16,
+ * ty = tid / 16). A score tile S [BM query rows × BN key columns] is owned
+ * as rows ty + 16·r (r < RM) × columns tx + 16·c (c < RN); an output tile
+ * [rows × DP] as rows ty + 16·r × dims tx + 16·c (c < DP/16). Row
+ * reductions are therefore shuffles among the 16 lanes sharing ty.
+ *
+ * Q/K/V tiles are held in shared memory in the accumulation type A (fp32, or
+ * fp64 for F64), rows padded to DP + 1 elements so that the 16 lanes reading
+ * 16 different rows at one d hit 16 different banks.
+ */
+#ifndef FC_ATTN_GENERIC_CUH
+#define FC_ATTN_GENERIC_CUH
+
+#include "fc_cuda.cuh"
+
+/* DP: head dim padded up to 32, 64, 128 or 256. Tiles shrink with DP and
+ * with fp64 so that the biggest kernel (dK/dV: K, V, Q, dO tiles plus P and
+ * dS) stays under the 163 KB an sm_80 block may use. */
+template <class A, int DP> struct fcc_gen_cfg {
+    static constexpr bool dbl = sizeof(A) == 8;
+    static constexpr int BM = dbl ? (DP >= 256 ? 16 : DP >= 128 ? 32 : 64) : (DP >= 256 ? 32 : 64);
+    static constexpr int BN = dbl ? (DP >= 256 ? 16 : 32) : (DP >= 128 ? 32 : 64);
+    static constexpr int THREADS = 256;
+    static constexpr int RM = BM / 16, RN = BN / 16, CD = DP / 16;
+    static constexpr int LD = DP + 1; /* padded row of a Q/K/V/dO tile */
+    static constexpr int LP = BN + 1; /* padded row of a P/dS tile */
+    static_assert(BM % 16 == 0 && BN % 16 == 0 && DP % 16 == 0, "tile shapes");
+};
+
+/* Loads rows [0, nrows) × dims [0, D) of a [rows, D] view (row stride
+ * rstride, dim stride dstride, in elements; any sign) into sm[ROWS][DP+1],
+ * zero-filling the rest so padded rows contribute 0 (never NaN) to sums. */
+template <class T, int DP, int ROWS, class A>
+__device__ __forceinline__ void fcc_load_tile(A *sm, const T *__restrict__ base, int64_t rstride,
+                                              int64_t dstride, int nrows, int D) {
+    for (int idx = threadIdx.x; idx < ROWS * DP; idx += 256) {
+        const int r = idx / DP, d = idx % DP;
+        A v = A(0);
+        if (r < nrows && d < D) v = fcc_type<T>::to(base[r * rstride + d * dstride]);
+        sm[r * (DP + 1) + d] = v;
+    }
+}
+
+/* Max / sum over the 16 lanes that share ty (lanes differ in bits 0..3). */
+template <class A> __device__ __forceinline__ A fcc_row_max16(A v) {
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+template <class A> __device__ __forceinline__ A fcc_row_sum16(A v) {
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* Key columns a query block [i0, i0 + ni) must visit: the union of the
+ * sink range [0, sink_end(last)) and the window [lo(first), hi(last)),
+ * returned as two disjoint segments (the bounds are monotone in i). */
+struct fcc_segs {
+    int64_t s[2], e[2];
+};
+__device__ __forceinline__ fcc_segs fcc_key_segments(const fc_attn &a, int64_t i0, int64_t ni) {
+    int64_t se0, lo0, hi0, se1, lo1, hi1;
+    fcc_visible_range(a, i0, &se0, &lo0, &hi0);
+    fcc_visible_range(a, i0 + ni - 1, &se1, &lo1, &hi1);
+    fcc_segs g;
+    g.s[0] = 0;
+    g.e[0] = se1;
+    g.s[1] = lo0 > se1 ? lo0 : se1;
+    g.e[1] = hi1;
+    return g;
+}
+
+/* Round p to the storage type before P·V (F16/BF16, as FlashAttention). */
+template <class T, class A> __device__ __forceinline__ A fcc_round_to(A p) {
+    return fcc_type<T>::to(fcc_type<T>::from(p));
+}
+
+/* Head dims padded: 32, 64, 128, 256. Calls BODY with `DP` bound. */
+#define FCC_DISPATCH_DP(D, ...)                                               \
+    if ((D) <= 32) { constexpr int DP = 32; __VA_ARGS__; }                    \
+    else if ((D) <= 64) { constexpr int DP = 64; __VA_ARGS__; }               \
+    else if ((D) <= 128) { constexpr int DP = 128; __VA_ARGS__; }             \
+    else { constexpr int DP = 256; __VA_ARGS__; }
+
+#endif

@@ -1,0 +1,16 @@
+/*
+ * attn_tc.h — the tensor-core attention kernels (src/cuda/attn_fwd_tc.cu,
+ * attn_bwd_tc.cu). Each returns FLASHC_ERR_UNSUPPORTED, without launching
+ * anything and without recording an error, when it declines a case; the
+ * dispatcher (module.cu) then runs the generic SIMT kernels
+ * (attn_generic_*.cu). Any other status is final.
+ */
+#ifndef FC_ATTN_TC_H
+#define FC_ATTN_TC_H
+
+#include "flashc_internal.h"
+
+flashc_status fc_cuda_attn_fwd_tc(const fc_attn *a);
+flashc_status fc_cuda_attn_bwd_tc(const fc_attn *a);
+
+#endif

@@ -1,0 +1,188 @@
+/*
+ * module.cu — the entry point of libflashc_cuda.so: the fc_cuda_module table
+ * (flashc_internal.h) returned by flashc_cuda_module_init(), the module's
+ * thread-local error message, and the device-memory helpers.
+ *
+ * This is the only exported symbol; everything else has hidden visibility.
+ * cudart is linked statically, so only the driver (libcuda.so.1) is needed
+ * at run time; without one, probe() fails with a clear message.
+ */
+#include "fc_cuda.cuh"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ errors */
+static thread_local char fcc_msg[1024];
+
+const char *fcc_last_error(void) { return fcc_msg; }
+void fcc_clear_error(void) { fcc_msg[0] = '\0'; }
+
+flashc_status fcc_error(flashc_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fcc_msg, sizeof fcc_msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+flashc_status fcc_cuda_error(cudaError_t e, const char *file, int line, const char *what) {
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const flashc_status st = (e == cudaErrorMemoryAllocation) ? FLASHC_ERR_OUT_OF_MEMORY
+                                                              : FLASHC_ERR_CUDA;
+    return fcc_error(st, "%s:%d: %s: %s (%s)", base, line, what, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+}
+
+flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
+    if (bytes <= 48 * 1024) return FLASHC_OK;
+    int dev = 0, optin = 0;
+    FCC_CHECK(cudaGetDevice(&dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if ((size_t)optin < bytes)
+        return fcc_error(FLASHC_ERR_UNSUPPORTED,
+                         "%s needs %zu bytes of shared memory per block; device %d allows %d",
+                         name, bytes, dev, optin);
+    FCC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bytes));
+    return FLASHC_OK;
+}
+
+/* ------------------------------------------------------------ table */
+static const char *m_last_error(void) { return fcc_msg; }
+
+static flashc_status m_probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE, "no CUDA device: cudaGetDeviceCount: %s (%s)",
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (n < 1)
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE,
+                         "no CUDA device: cudaGetDeviceCount returned 0 devices");
+    int dev = 0, major = 0;
+    FCC_CHECK(cudaGetDevice(&dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 8)
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE,
+                         "CUDA device %d has compute capability %d.x; flashc needs ≥ 8.0", dev,
+                         major);
+    /* Touch the context so that a broken driver shows up here, not later. */
+    FCC_CHECK(cudaFree(0));
+    return FLASHC_OK;
+}
+
+static flashc_status m_attn_fwd(const fc_attn *a) { fcc_clear_error(); return fcc_attn_fwd(a); }
+static flashc_status m_attn_bwd(const fc_attn *a) { fcc_clear_error(); return fcc_attn_bwd(a); }
+static flashc_status m_wsum(const fc_wsum *p) { fcc_clear_error(); return fcc_weighted_sum(p); }
+static flashc_status m_wsum_bwd(const fc_wsum *p) { fcc_clear_error(); return fcc_weighted_sum_bwd(p); }
+
+static flashc_status m_device_count(int *count) {
+    *count = 0;
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+        cudaGetLastError();
+        *count = 0;
+        return FLASHC_OK;
+    }
+    FCC_CHECK(e);
+    return FLASHC_OK;
+}
+
+static flashc_status m_device_name(int device, char *buf, size_t len) {
+    cudaDeviceProp prop;
+    FCC_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (buf && len > 0) {
+        strncpy(buf, prop.name, len - 1);
+        buf[len - 1] = '\0';
+    }
+    return FLASHC_OK;
+}
+
+static flashc_status m_set_device(int device) {
+    FCC_CHECK(cudaSetDevice(device));
+    return FLASHC_OK;
+}
+
+static flashc_status m_malloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    if (bytes == 0) return FLASHC_OK;
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        cudaGetLastError(); /* allocation errors are not sticky; clear them */
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+        return fcc_cuda_error(e, __FILE__, __LINE__, what);
+    }
+    return FLASHC_OK;
+}
+
+static flashc_status m_free(void *ptr) {
+    if (!ptr) return FLASHC_OK;
+    FCC_CHECK(cudaFree(ptr));
+    return FLASHC_OK;
+}
+
+static flashc_status m_memcpy(void *dst, const void *src, size_t bytes, int kind) {
+    cudaMemcpyKind k;
+    switch (kind) {
+    case FLASHC_MEMCPY_HOST_TO_DEVICE: k = cudaMemcpyHostToDevice; break;
+    case FLASHC_MEMCPY_DEVICE_TO_HOST: k = cudaMemcpyDeviceToHost; break;
+    case FLASHC_MEMCPY_DEVICE_TO_DEVICE: k = cudaMemcpyDeviceToDevice; break;
+    default:
+        return fcc_error(FLASHC_ERR_INVALID_ARGUMENT,
+                         "flashc_cuda_memcpy: kind=%d is not a flashc_memcpy_kind (1, 2 or 3)", kind);
+    }
+    if (bytes == 0) return FLASHC_OK;
+    FCC_CHECK(cudaMemcpy(dst, src, bytes, k));
+    return FLASHC_OK;
+}
+
+static flashc_status m_synchronize(void) {
+    FCC_CHECK(cudaDeviceSynchronize());
+    return FLASHC_OK;
+}
+
+static flashc_status m_pointer_is_device(const void *ptr, int *is_device) {
+    *is_device = 0;
+    if (!ptr) return FLASHC_OK;
+    cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, ptr);
+    if (e != cudaSuccess) {
+        /* An unregistered host pointer on old runtimes: not device memory.
+         * Clear the (non-sticky) error so later calls don't see it. */
+        cudaGetLastError();
+        return FLASHC_OK;
+    }
+    *is_device = (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged);
+    return FLASHC_OK;
+}
+
+static const fc_cuda_module fcc_table = {
+    FC_CUDA_MODULE_API_VERSION,
+    (uint32_t)sizeof(fc_cuda_module),
+    m_last_error,
+    m_probe,
+    m_attn_fwd,
+    m_attn_bwd,
+    m_wsum,
+    m_wsum_bwd,
+    m_device_count,
+    m_device_name,
+    m_set_device,
+    m_malloc,
+    m_free,
+    m_memcpy,
+    m_synchronize,
+    m_pointer_is_device,
+};
+
+extern "C" __attribute__((visibility("default"))) const fc_cuda_module *flashc_cuda_module_init(void) {
+    return &fcc_table;
+}

@@ -1,0 +1,253 @@
+"""Float64 NumPy references for flashc, written straight from flashc.h.
+
+The attention reference materialises the full softmax with EXPLICIT masks
+(visible_mask below is the only place the masking rules are written, and
+it is written from the header's text, not from the library's code). The same
+function, run in float32 with P rounded to the input dtype, is the "naive
+same-precision implementation" that tolerances are measured against.
+
+Usable by every test file: `from reference import ...` (tests/ is on
+sys.path under pytest).
+"""
+
+import math
+
+import numpy as np
+
+try:
+    import ml_dtypes
+
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    BFLOAT16 = None
+
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+# Unit roundoff (half an ulp at 1.0) of each dtype.
+UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11,
+                 "bfloat16": 2.0 ** -8}
+
+# Absolute error floors, in units of the dtype's roundoff times the output
+# scale: the naive implementation can be exact by luck (or, for float64,
+# is the reference itself), so the bound never goes below this.
+FLOOR_ULPS = {"float64": 2.0 ** 16, "float32": 64.0, "float16": 4.0, "bfloat16": 4.0}
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        if BFLOAT16 is None:
+            raise RuntimeError("bfloat16 needs ml_dtypes")
+        return BFLOAT16
+    return np.dtype(name)
+
+
+def dtype_name(dtype):
+    return np.dtype(dtype).name
+
+
+def compute_dtype(name):
+    """Arithmetic precision flashc uses for a dtype: fp32, or F64 for F64."""
+    return np.float64 if name == "float64" else np.float32
+
+
+def lse_dtype(name):
+    return np.float64 if name == "float64" else np.float32
+
+
+# ------------------------------------------------------------------ masks
+
+
+def visible_mask(Sq, Sk, *, causal=False, window=(-1, -1), sink_tokens=0, rows=None):
+    """Boolean [Sq, Sk]: mask[i, j] is True when key j is visible to query i
+    (only the query rows `rows` when given: [len(rows), Sk]).
+
+    flashc.h, with offset = Sk - Sq and (L, R) = window, -1 = open:
+      window: i + offset - L <= j <= i + offset + R
+      causal: window (L, 0), bottom-right aligned
+      sink tokens N: j < N visible whenever j <= i + offset + R
+                     (R = 0 when causal; any j when R is open)
+    """
+    L, R = int(window[0]), int(window[1])
+    if causal:
+        assert R in (-1, 0), "causal requires window_right in {-1, 0}"
+        R = 0
+    i = (np.arange(Sq, dtype=np.int64) if rows is None else np.asarray(rows, np.int64))[:, None]
+    j = np.arange(Sk, dtype=np.int64)[None, :]
+    shape = (i.shape[0], Sk)
+    offset = Sk - Sq
+    right_ok = (j <= i + offset + R) if R >= 0 else np.ones(shape, bool)
+    left_ok = (j >= i + offset - L) if L >= 0 else np.ones(shape, bool)
+    mask = right_ok & left_ok
+    if sink_tokens > 0:
+        mask = mask | ((j < sink_tokens) & right_ok)
+    return np.broadcast_to(mask, shape)
+
+
+# -------------------------------------------------------------- attention
+
+
+def attention_reference(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1),
+                        sink_tokens=0, sinks=None, compute=np.float64, p_dtype=None,
+                        out_dtype=None, rows=None):
+    """(o [B, Sq, Hq, D], lse [B, Hq, Sq]) by the materialised softmax.
+
+    rows: compute only these query rows (o [B, len(rows), Hq, D]) — for
+          sequences too long to materialise whole.
+    compute: arithmetic dtype (float64 = the reference; float32 = naive).
+    p_dtype: round the unnormalised P to this dtype before P·V (what
+             FlashAttention does for fp16/bf16), None = no rounding.
+    out_dtype: round o to this dtype at the end (None = compute).
+    Rows with no visible key: o = 0, lse = -inf (or the sink logit s_h).
+    """
+    q = np.asarray(q).astype(compute)
+    k = np.asarray(k).astype(compute)
+    v = np.asarray(v).astype(compute)
+    B, Sq, Hq, D = q.shape
+    Bk, Sk, Hkv, Dk = k.shape
+    assert (Bk, Dk) == (B, D) and v.shape == k.shape and Hq % Hkv == 0
+    g = Hq // Hkv
+    if rows is not None:
+        q = q[:, np.asarray(rows)]
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+
+    # Query head h reads key/value head h // g (np.repeat repeats each head g times).
+    qt = q.transpose(0, 2, 1, 3)                                    # [B, Hq, Sq, D]
+    kt = np.repeat(k, g, axis=2).transpose(0, 2, 1, 3)              # [B, Hq, Sk, D]
+    vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)
+    x = np.matmul(qt, kt.transpose(0, 1, 3, 2)) * compute(scale)    # [B, Hq, Sq, Sk]
+    mask = visible_mask(Sq, Sk, causal=causal, window=window, sink_tokens=sink_tokens, rows=rows)
+    x = np.where(mask, x, compute(-np.inf))
+    m = np.max(x, axis=-1, initial=-np.inf)                         # [B, Hq, Sq]
+    if sinks is not None:
+        s = np.asarray(sinks).astype(compute).reshape(1, Hq, 1)
+        m = np.maximum(m, s)
+    m_safe = np.where(np.isfinite(m), m, compute(0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        p = np.exp(x - m_safe[..., None])                           # masked -> 0
+        l = p.sum(axis=-1)
+        if sinks is not None:
+            l = l + np.exp(s - m_safe)
+        lse = np.where(l > 0, m_safe + np.log(np.where(l > 0, l, 1)), -np.inf)
+    if p_dtype is not None:
+        p = p.astype(p_dtype).astype(compute)
+    o = np.matmul(p, vt) / np.where(l > 0, l, 1)[..., None]         # [B, Hq, Sq, D]
+    o = o.transpose(0, 2, 1, 3)
+    if out_dtype is not None:
+        o = o.astype(out_dtype)
+    return np.ascontiguousarray(o), lse.astype(compute)
+
+
+def attention_naive(q, k, v, dtype_name_, **kw):
+    """The naive same-precision implementation: materialised softmax in the
+    precision flashc computes in (fp32; F64 for F64), P rounded to the input
+    dtype for fp16/bf16 (as FlashAttention does), o rounded to the dtype."""
+    dt = np_dtype(dtype_name_)
+    if dtype_name_ == "float64":
+        return attention_reference(q, k, v, **kw)
+    p_dtype = dt if dtype_name_ in ("float16", "bfloat16") else None
+    return attention_reference(q, k, v, compute=np.float32, p_dtype=p_dtype, out_dtype=dt,
+                               **kw)
+
+
+def attention_backward_reference(do, q, k, v, *, causal=False, softmax_scale=None,
+                                 window=(-1, -1), sink_tokens=0, sinks=None):
+    """Float64 (dq, dk, dv, dsinks or None) by differentiating the
+    materialised softmax (flashc.h's backward formulas)."""
+    f = np.float64
+    do, q, k, v = (np.asarray(a).astype(f) for a in (do, q, k, v))
+    B, Sq, Hq, D = q.shape
+    _, Sk, Hkv, _ = k.shape
+    g = Hq // Hkv
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    o, lse = attention_reference(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                                 window=window, sink_tokens=sink_tokens, sinks=sinks)
+    qt = q.transpose(0, 2, 1, 3)
+    kt = np.repeat(k, g, axis=2).transpose(0, 2, 1, 3)
+    vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)
+    dot = do.transpose(0, 2, 1, 3)
+    ot = o.transpose(0, 2, 1, 3)
+    mask = visible_mask(Sq, Sk, causal=causal, window=window, sink_tokens=sink_tokens)
+    x = np.matmul(qt, kt.transpose(0, 1, 3, 2)) * scale
+    with np.errstate(invalid="ignore", over="ignore"):
+        lse_safe = np.where(np.isfinite(lse), lse, 0)
+        p = np.where(mask, np.exp(x - lse_safe[..., None]), 0.0)  # [B, Hq, Sq, Sk]
+    delta = np.sum(dot * ot, axis=-1)                               # [B, Hq, Sq]
+    dv = np.matmul(p.transpose(0, 1, 3, 2), dot)                    # [B, Hq, Sk, D]
+    dp = np.matmul(dot, vt.transpose(0, 1, 3, 2))
+    ds = p * (dp - delta[..., None])
+    dq = np.matmul(ds, kt) * scale
+    dk = np.matmul(ds.transpose(0, 1, 3, 2), qt) * scale
+    # GQA: sum over the query heads of each K/V head.
+    dk = dk.reshape(B, Hkv, g, Sk, D).sum(axis=2)
+    dv = dv.reshape(B, Hkv, g, Sk, D).sum(axis=2)
+    dsinks = None
+    if sinks is not None:
+        s = np.asarray(sinks, f).reshape(1, Hq, 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            psink = np.exp(s - lse)
+        dsinks = -np.sum(psink * delta, axis=(0, 2))
+    return (dq.transpose(0, 2, 1, 3), dk.transpose(0, 2, 1, 3), dv.transpose(0, 2, 1, 3),
+            dsinks)
+
+
+def attention_flops(B, Sq, Sk, Hq, D, causal=False, window=(-1, -1), sink_tokens=0):
+    """Forward FLOPs actually needed: 4·D per visible (query, key) pair."""
+    vis = int(visible_mask(Sq, Sk, causal=causal, window=window, sink_tokens=sink_tokens).sum())
+    return 4.0 * B * Hq * D * vis
+
+
+# ------------------------------------------------------- weighted row-sum
+
+
+def weighted_sum_reference(x, w, compute=np.float64):
+    """y[...] = sum_d x[..., d] w[d] (y is 0-d when x is 1-D)."""
+    x = np.asarray(x).astype(compute)
+    w = np.asarray(w).astype(compute)
+    return np.asarray(np.tensordot(x, w, axes=([-1], [0])))
+
+
+def weighted_sum_backward_reference(dy, x, w, compute=np.float64):
+    """(dx, dw): dx[..., d] = dy[...] w[d]; dw[d] = sum_r dy[r] x[r, d]."""
+    dy = np.asarray(dy).astype(compute)
+    x = np.asarray(x).astype(compute)
+    w = np.asarray(w).astype(compute)
+    dx = dy[..., None] * w
+    dw = np.tensordot(dy, x, axes=(list(range(dy.ndim)), list(range(dy.ndim))))
+    return dx, np.asarray(dw)
+
+
+# -------------------------------------------------------------- checking
+
+
+def max_abs_err(a, b):
+    """max |a - b| over elements, treating equal infinities as equal; inf if
+    one side has a NaN or the infinities disagree."""
+    a = np.asarray(a).astype(np.float64)
+    b = np.asarray(b).astype(np.float64)
+    if a.size == 0:
+        return 0.0
+    if np.isnan(a).any() or np.isnan(b).any():
+        return math.inf
+    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
+    with np.errstate(invalid="ignore"):
+        d = np.where(both_inf, 0.0, np.abs(a - b))
+    return float(d.max())
+
+
+def tolerance(ref, naive, dtype_name_, factor=3.0):
+    """max(factor × the naive implementation's error, a floor of a few
+    roundoffs of the output scale)."""
+    ref = np.asarray(ref, np.float64)
+    finite = ref[np.isfinite(ref)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    floor = FLOOR_ULPS[dtype_name_] * UNIT_ROUNDOFF[dtype_name_] * scale
+    return max(factor * max_abs_err(naive, ref), floor)
+
+
+def assert_close(ours, ref, naive, dtype_name_, what="result", factor=3.0):
+    """ours must be within tolerance(ref, naive) of ref (max abs error)."""
+    tol = tolerance(ref, naive, dtype_name_, factor)
+    err = max_abs_err(ours, ref)
+    assert err <= tol, ("%s: max |err| = %.3g exceeds %.3g (naive %s error %.3g)"
+                        % (what, err, tol, dtype_name_, max_abs_err(naive, ref)))
+    return err, tol

@@ -1,0 +1,411 @@
+"""The CUDA backend through flashc.cuda (DeviceArray, interchange protocols)
+and device-resident calls, cross-checked against the float64 reference and
+flashc's own CPU float64 result. Every test skips cleanly without a GPU.
+
+(NumPy inputs with backend="cuda" — copy in, run, copy out — are exercised
+by every case of test_attention.py / test_weighted_sum.py through their
+`backend` fixture.)
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import flashc
+import flashc.cuda as fcuda
+from flashc import _lib
+from reference import (
+    DTYPES,
+    assert_close,
+    attention_backward_reference,
+    attention_naive,
+    attention_reference,
+    lse_dtype,
+    max_abs_err,
+    np_dtype,
+    weighted_sum_backward_reference,
+    weighted_sum_reference,
+)
+
+pytestmark = pytest.mark.cuda
+
+
+def rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(np_dtype(dtype))
+
+
+class CAIOnly:
+    """An object that exports nothing but __cuda_array_interface__ (like cupy)."""
+
+    def __init__(self, dev):
+        self._dev = dev  # keeps the memory alive
+        self.__cuda_array_interface__ = dev.__cuda_array_interface__
+
+
+# ------------------------------------------------------------ device info
+
+
+def test_device_info():
+    assert fcuda.is_available() and fcuda.unavailable_reason() == ""
+    n = fcuda.device_count()
+    assert n >= 1
+    for i in range(n):
+        assert fcuda.device_name(i)
+    fcuda.set_device(0)
+    fcuda.synchronize()
+
+
+# ---------------------------------------------------------- DeviceArray
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_roundtrip(rng, dtype):
+    x = rand(rng, (3, 5, 7), dtype)
+    d = fcuda.to_device(x)
+    assert d.shape == x.shape and d.dtype == x.dtype and d.strides == x.strides
+    assert d.nbytes == x.nbytes and d.ptr != 0 and d.is_c_contiguous
+    y = d.numpy()
+    assert y.dtype == x.dtype and y.tobytes() == x.tobytes()
+
+
+def test_to_device_of_strided_host_array(rng):
+    x = rand(rng, (6, 8, 10), "float32")[::2, :, ::-3]
+    d = fcuda.to_device(x)
+    assert d.is_c_contiguous and np.array_equal(d.numpy(), x)
+
+
+def test_views(rng):
+    x = rand(rng, (4, 6, 5, 8), "float32")
+    d = fcuda.to_device(x)
+    for idx in [(slice(None), slice(1, None, 2)), (1,), (Ellipsis, slice(None, None, -1)),
+                (slice(3, 0, -2), 2, slice(None), slice(1, 7, 3)), (slice(2, 2),)]:
+        assert np.array_equal(d[idx].numpy(), x[idx]), idx
+    t = d.transpose(0, 2, 1, 3)
+    assert t.shape == (4, 5, 6, 8) and np.array_equal(t.numpy(), x.transpose(0, 2, 1, 3))
+    assert np.array_equal(d.T.numpy(), x.T)
+    c = d[:, ::2].copy()
+    assert c.is_c_contiguous and np.array_equal(c.numpy(), x[:, ::2])
+
+
+def test_empty_and_zeros():
+    e = fcuda.empty((3, 0, 2), np.float16)
+    assert e.shape == (3, 0, 2) and e.numpy().shape == (3, 0, 2) and e.ptr != 0
+    z = fcuda.zeros((5, 4), "bfloat16")
+    assert z.dtype.name == "bfloat16" and not np.asarray(z.numpy(), np.float32).any()
+
+
+def test_free_many():
+    # Allocation and free through __del__: no leak over many iterations.
+    for _ in range(200):
+        d = fcuda.empty((1 << 20,), np.float32)  # 4 MiB each
+        del d
+    fcuda.synchronize()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_array_interface(rng, dtype):
+    x = rand(rng, (2, 3, 4), dtype)
+    d = fcuda.to_device(x)
+    cai = d.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (2, 3, 4)
+    assert cai["data"] == (d.ptr, False) and cai["strides"] is None
+    assert cai["typestr"] == {"float32": "<f4", "float16": "<f2", "float64": "<f8",
+                              "bfloat16": "<V2"}[dtype]
+    v = d[:, ::2, 1:]
+    cv = v.__cuda_array_interface__
+    assert cv["strides"] == v.strides and cv["data"][0] == v.ptr == d.ptr + x.strides[2]
+
+
+def test_dlpack(rng):
+    x = rand(rng, (2, 3, 4), "bfloat16")
+    d = fcuda.to_device(x)
+    assert d.__dlpack_device__() == (2, 0)
+    n_live = len(fcuda._dl_live)
+    cap = d.__dlpack__()
+    assert len(fcuda._dl_live) == n_live + 1
+    dev, code, bits, shape, strides, data = fcuda._dlpack_capsule_info(cap)
+    assert dev == (2, 0) and (code, bits) == (4, 16) and shape == (2, 3, 4)
+    assert strides == (12, 4, 1) and data == d.ptr
+    del cap  # unconsumed: the capsule's destructor releases it
+    assert len(fcuda._dl_live) == n_live
+    v = fcuda.to_device(rand(rng, (5, 6), "float32")).T
+    dev, code, bits, shape, strides, data = fcuda._dlpack_capsule_info(v.__dlpack__())
+    assert (code, bits, shape, strides) == (2, 32, (6, 5), (1, 6))
+
+
+def test_dlpack_torch(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x = rand(rng, (4, 5), "float32")
+    d = fcuda.to_device(x)
+    t = torch.from_dlpack(d)
+    assert t.is_cuda and tuple(t.shape) == (4, 5)
+    assert np.array_equal(t.cpu().numpy(), x)
+    # The torch tensor keeps the memory alive after the DeviceArray is gone.
+    del d
+    assert np.array_equal(t.cpu().numpy(), x)
+
+
+# -------------------------------------------------------- attention on device
+
+
+def _check_device_attention(rng, B, Sq, Sk, Hq, Hkv, D, dtype, layout="contig", **mask):
+    dt = np_dtype(dtype)
+    q, k, v = (rand(rng, s, dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    sinks = None
+    if mask.pop("use_sinks", False):
+        sinks = (rng.standard_normal(Hq) * 2).astype(lse_dtype(dtype))
+    kw = dict(mask, sinks=sinks)
+    ro, rl = attention_reference(q, k, v, **kw)
+    no, nl = attention_naive(q, k, v, dtype, **kw)
+
+    def dev(a):
+        if layout == "bhsd":  # device memory [B, H, S, D], passed as a view
+            return fcuda.to_device(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).transpose(
+                0, 2, 1, 3)
+        if layout == "cai":
+            return CAIOnly(fcuda.to_device(a))
+        return fcuda.to_device(a)
+
+    dsinks = fcuda.to_device(sinks) if sinks is not None else None
+    o, lse = flashc.attention(dev(q), dev(k), dev(v), return_lse=True,
+                              **dict(kw, sinks=dsinks))
+    assert isinstance(o, fcuda.DeviceArray) and isinstance(lse, fcuda.DeviceArray)
+    o_h, lse_h = o.numpy(), lse.numpy()
+    assert o_h.dtype == dt and lse_h.dtype == lse_dtype(dtype)
+    assert_close(o_h, ro, no, dtype, "o")
+    assert_close(lse_h, rl, nl, lse_dtype(dtype).__name__, "lse")
+    # Cross-check with flashc's CPU F64 on identical inputs.
+    f = np.float64
+    co, cl = flashc.attention(q.astype(f), k.astype(f), v.astype(f), return_lse=True,
+                              backend="cpu",
+                              **dict(kw, sinks=None if sinks is None else sinks.astype(f)))
+    assert_close(o_h, co, no, dtype, "o vs CPU F64")
+    return o_h
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contig", "bhsd", "cai"])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window=(7, 3), sink_tokens=2),
+                                  dict(causal=True, use_sinks=True)],
+                         ids=["full", "causal", "window-sinktok", "causal-sinks"])
+def test_attention_device(rng, dtype, layout, mask):
+    _check_device_attention(rng, 2, 77, 130, 8, 2, 64, dtype, layout, **mask)
+
+
+@pytest.mark.parametrize("D", [1, 8, 40, 59, 64, 80, 96, 128, 200, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_attention_device_head_dims(rng, D, dtype):
+    _check_device_attention(rng, 1, 129, 200, 4, 1, D, dtype, causal=True)
+
+
+def test_attention_device_out_and_stream(rng):
+    q, k, v = (rand(rng, s, "float16") for s in ((1, 33, 4, 32), (1, 40, 2, 32), (1, 40, 2, 32)))
+    dq, dk, dv = (fcuda.to_device(a) for a in (q, k, v))
+    out = fcuda.empty(q.shape, np.float16)
+    lse = fcuda.empty((1, 4, 33), np.float32)
+    o, l = flashc.attention(dq, dk, dv, out=(out, lse), return_lse=True, stream=0)
+    assert o is out and l is lse
+    fcuda.synchronize()
+    ref = flashc.attention(q, k, v, backend="cpu")
+    assert max_abs_err(o.numpy(), ref) < 1e-2
+
+
+def test_attention_torch_stream(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    q = torch.randn(1, 64, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 80, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 80, 2, 64, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    out = torch.empty_like(q)
+    with torch.cuda.stream(s):
+        o = flashc.attention(q, k, v, causal=True, out=out, stream=s)
+    s.synchronize()
+    assert o is out
+    f = lambda t: t.float().cpu().numpy().astype(np.float64)  # noqa: E731
+    ro, _ = attention_reference(f(q), f(k), f(v), causal=True)
+    assert max_abs_err(f(o), ro) < 3e-2
+
+
+def test_attention_backward_device(rng):
+    q, k, v = (rand(rng, s, "float64") for s in ((2, 21, 4, 16), (2, 30, 2, 16), (2, 30, 2, 16)))
+    do = rand(rng, q.shape, "float64")
+    sinks = rng.standard_normal(4)
+    kw = dict(causal=True, window=(9, -1), sink_tokens=1)
+    D = fcuda.to_device
+    o, lse = flashc.attention(D(q), D(k), D(v), return_lse=True, sinks=D(sinks), **kw)
+    grads = flashc.attention_backward(D(do), D(q), D(k), D(v), o, lse, sinks=D(sinks), **kw)
+    ref = attention_backward_reference(do, q, k, v, sinks=sinks, **kw)
+    for g, r in zip(grads, ref):
+        assert isinstance(g, fcuda.DeviceArray)
+        assert max_abs_err(g.numpy(), r) <= 1e-9 * max(1.0, np.abs(r).max())
+
+
+def test_attention_backward_device_nondeterministic(rng):
+    q, k, v = (rand(rng, s, "float32") for s in ((1, 130, 4, 64), (1, 150, 4, 64),
+                                                 (1, 150, 4, 64)))
+    do = rand(rng, q.shape, "float32")
+    D = fcuda.to_device
+    o, lse = flashc.attention(D(q), D(k), D(v), return_lse=True)
+    g1 = flashc.attention_backward(D(do), D(q), D(k), D(v), o, lse, deterministic=True)
+    g2 = flashc.attention_backward(D(do), D(q), D(k), D(v), o, lse, deterministic=False)
+    g3 = flashc.attention_backward(D(do), D(q), D(k), D(v), o, lse, deterministic=True)
+    for a, b, c in zip(g1, g2, g3):
+        assert a.numpy().tobytes() == c.numpy().tobytes()
+        assert max_abs_err(a.numpy(), b.numpy()) < 1e-4
+
+
+# ------------------------------------------------------------ mixing, errors
+
+
+def test_mixing_host_and_device_python(rng):
+    q = rand(rng, (1, 4, 2, 8), "float32")
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(fcuda.to_device(q), q, q)
+    assert ei.value.status == _lib.FLASHC_ERR_DEVICE_MISMATCH
+
+
+def test_mixing_host_and_device_raw(rng):
+    """The library itself refuses mixed pointers (AUTO and CUDA backends)."""
+    q = rand(rng, (1, 4, 2, 8), "float32")
+    dq = fcuda.to_device(q)
+    o = fcuda.empty(q.shape, np.float32)
+
+    def t(ptr):
+        x = _lib.flashc_tensor()
+        x.data, x.dtype, x.ndim = ptr, 0, 4
+        for i in range(4):
+            x.shape[i] = q.shape[i]
+            x.strides[i] = q.strides[i] // 4
+        return x
+
+    for backend in (_lib.FLASHC_BACKEND_AUTO, _lib.FLASHC_BACKEND_CUDA):
+        p = _lib.attn_params_default()
+        p.backend = backend
+        st = _lib.flashc_attn_fwd(ctypes.byref(t(dq.ptr)), ctypes.byref(t(q.ctypes.data)),
+                                  ctypes.byref(t(dq.ptr)), ctypes.byref(t(o.ptr)), None,
+                                  ctypes.byref(p))
+        assert st == _lib.FLASHC_ERR_DEVICE_MISMATCH, _lib.flashc_last_error()
+
+
+def test_device_arrays_with_backend_cpu(rng):
+    d = fcuda.to_device(rand(rng, (1, 4, 2, 8), "float32"))
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(d, d, d, backend="cpu")
+    assert ei.value.status == _lib.FLASHC_ERR_DEVICE_MISMATCH
+
+
+def test_device_sinks_wrong_dtype(rng):
+    d = fcuda.to_device(rand(rng, (1, 4, 2, 8), "float32"))
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(d, d, d, sinks=fcuda.to_device(np.zeros(2, np.float64)))
+    assert ei.value.status == _lib.FLASHC_ERR_DTYPE
+
+
+def test_pointer_is_device(rng):
+    d = fcuda.empty((4,), np.float32)
+    h = np.zeros(4, np.float32)
+    flag = ctypes.c_int(-1)
+    assert _lib.flashc_pointer_is_device(d.ptr, ctypes.byref(flag)) == 0 and flag.value == 1
+    assert _lib.flashc_pointer_is_device(h.ctypes.data, ctypes.byref(flag)) == 0
+    assert flag.value == 0
+
+
+# ---------------------------------------------------------- weighted sum
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_weighted_sum_device(rng, dtype):
+    x = rand(rng, (37, 5, 129), dtype)
+    w = rand(rng, (129,), dtype)
+    dy = rand(rng, (37, 5), dtype)
+    c = np.float64 if dtype == "float64" else np.float32
+    dx_ = fcuda.to_device(x)
+    y = flashc.weighted_sum(dx_, fcuda.to_device(w))
+    assert isinstance(y, fcuda.DeviceArray)
+    ny = weighted_sum_reference(x, w, compute=c).astype(np_dtype(dtype))
+    assert_close(y.numpy(), weighted_sum_reference(x, w), ny, dtype, "y")
+    gx, gw = flashc.weighted_sum_backward(fcuda.to_device(dy), dx_[:, :, :],
+                                          fcuda.to_device(w))
+    rdx, rdw = weighted_sum_backward_reference(dy, x, w)
+    ndx, ndw = (a.astype(np_dtype(dtype)) for a in weighted_sum_backward_reference(dy, x, w, c))
+    assert_close(gx.numpy(), rdx, ndx, dtype, "dx")
+    assert_close(gw.numpy(), rdw, ndw, dtype, "dw")
+
+
+def test_weighted_sum_device_strided(rng):
+    x = rand(rng, (64, 300), "float32")
+    w = rand(rng, (300,), "float32")
+    d = fcuda.to_device(np.ascontiguousarray(x.T)).T  # last axis strided
+    y = flashc.weighted_sum(d[::-1], fcuda.to_device(w))
+    assert max_abs_err(y.numpy(), weighted_sum_reference(x[::-1], w)) < 1e-3
+
+
+def test_weighted_sum_deterministic_dw(rng):
+    x = fcuda.to_device(rand(rng, (200000, 64), "float32"))
+    w = fcuda.to_device(rand(rng, (64,), "float32"))
+    dy = fcuda.to_device(rand(rng, (200000,), "float32"))
+    a = flashc.weighted_sum_backward(dy, x, w, need_dx=False)[1].numpy()
+    b = flashc.weighted_sum_backward(dy, x, w, need_dx=False)[1].numpy()
+    assert a.tobytes() == b.tobytes()
+
+
+# -------------------------------------------------------------- stress
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_stress_long_sequence(rng, dtype):
+    """S = 16k, checked on a sample of query rows against float64."""
+    B, S, Hq, Hkv, D = 1, 16384, 2, 1, 64
+    q, k, v = (rand(rng, s, dtype) for s in ((B, S, Hq, D), (B, S, Hkv, D), (B, S, Hkv, D)))
+    rows = np.concatenate([[0, 1, 2], rng.choice(S, 40, replace=False), [S - 2, S - 1]])
+    o = flashc.attention(fcuda.to_device(q), fcuda.to_device(k), fcuda.to_device(v),
+                         causal=True).numpy()
+    ro, _ = attention_reference(q, k, v, causal=True, rows=rows)
+    no, _ = attention_naive(q, k, v, dtype, causal=True, rows=rows)
+    assert_close(o[:, rows], ro, no, dtype, "o rows")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("B,Hq,Hkv", [(1, 70000, 70000), (70000, 1, 1), (300, 256, 64)],
+                         ids=["heads>65535", "batch>65535", "BH-large"])
+def test_stress_many_heads(rng, B, Hq, Hkv):
+    """B·H beyond 65535 (a grid dimension limit) with short sequences."""
+    Sq, Sk, D = 3, 17, 8
+    q, k, v = (rand(rng, s, "float16") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D),
+                                                 (B, Sk, Hkv, D)))
+    o, lse = flashc.attention(fcuda.to_device(q), fcuda.to_device(k), fcuda.to_device(v),
+                              causal=True, return_lse=True)
+    ro, rl = attention_reference(q, k, v, causal=True)
+    no, nl = attention_naive(q, k, v, "float16", causal=True)
+    assert_close(o.numpy(), ro, no, "float16", "o")
+    assert_close(lse.numpy(), rl, nl, "float32", "lse")
+
+
+@pytest.mark.slow
+def test_stress_many_query_blocks(rng):
+    """Sq large enough for > 65535 query blocks of 64 in one grid dimension
+    (decode-like: Sk small)."""
+    B, Sq, Sk, H, D = 1, 65536 * 64 + 100, 8, 1, 8
+    q = rand(rng, (B, Sq, H, D), "bfloat16")
+    k = rand(rng, (B, Sk, H, D), "bfloat16")
+    v = rand(rng, (B, Sk, H, D), "bfloat16")
+    o = flashc.attention(fcuda.to_device(q), fcuda.to_device(k), fcuda.to_device(v)).numpy()
+    rows = np.concatenate([[0, 1], rng.choice(Sq, 64, replace=False), [Sq - 1]])
+    ro, _ = attention_reference(q, k, v, rows=rows)
+    no, _ = attention_naive(q, k, v, "bfloat16", rows=rows)
+    assert_close(o[:, rows], ro, no, "bfloat16", "o rows")
+
+
+@pytest.mark.slow
+def test_stress_weighted_sum_many_rows(rng):
+    x = rand(rng, (5_000_000, 8), "float32")
+    w = rand(rng, (8,), "float32")
+    y = flashc.weighted_sum(fcuda.to_device(x), fcuda.to_device(w)).numpy()
+    ny = weighted_sum_reference(x, w, compute=np.float32).astype(np.float32)
+    assert_close(y, weighted_sum_reference(x, w), ny, "float32", "y")

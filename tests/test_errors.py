@@ -1,0 +1,701 @@
+"""Every error path of the ABI, one test per bad input, through Python.
+
+Status codes are the contract (flashc.h pins them); message text is only
+checked where flashc.h documents it (the Hq % Hkv example) or where it must
+name the offending argument. NULL pointers and raw struct values go through
+the raw layer (flashc._lib); the rest through the friendly functions.
+"""
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import flashc
+from flashc import _lib
+
+# ----------------------------------------------------------------- helpers
+
+
+def tensor(arr=None, dtype=None, shape=None, strides=None, data=None):
+    """A flashc_tensor from a NumPy array (or from explicit fields)."""
+    t = _lib.flashc_tensor()
+    if arr is not None:
+        t.data = arr.__array_interface__["data"][0]
+        t.dtype = {np.float32: 0, np.float16: 1, np.float64: 3}[arr.dtype.type]
+        shape = arr.shape if shape is None else shape
+        strides = [s // arr.itemsize for s in arr.strides] if strides is None else strides
+    if data is not None:
+        t.data = data
+    if dtype is not None:
+        t.dtype = dtype
+    t.ndim = len(shape)
+    for i, n in enumerate(shape):
+        t.shape[i] = n
+        t.strides[i] = strides[i]
+    return t
+
+
+def ref(t):
+    return ctypes.byref(t) if t is not None else None
+
+
+def last_error():
+    return _lib.flashc_last_error().decode()
+
+
+def qkv(B=1, Sq=4, Sk=5, Hq=4, Hkv=2, D=8, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(dtype)
+    k = rng.standard_normal((B, Sk, Hkv, D)).astype(dtype)
+    v = rng.standard_normal((B, Sk, Hkv, D)).astype(dtype)
+    return q, k, v
+
+
+def raw_fwd(q, k, v, o, lse=None, params=None):
+    return _lib.flashc_attn_fwd(ref(q), ref(k), ref(v), ref(o), ref(lse), ref(params))
+
+
+def expect(status, fn, *args, match=None, **kw):
+    with pytest.raises(flashc.FlashcError) as ei:
+        fn(*args, **kw)
+    e = ei.value
+    assert e.status == status, "got %s: %s" % (e.status_name, e.message)
+    assert e.message, "empty error message"
+    if match is not None:
+        assert match in e.message, e.message
+    return e
+
+
+def writable_zero_stride(shape, dtype, axis):
+    base = np.zeros(shape, dtype)
+    strides = list(base.strides)
+    strides[axis] = 0
+    return np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides, writeable=True)
+
+
+S = _lib  # status constants
+
+# ------------------------------------------------------- status, version
+
+
+def test_status_strings():
+    names = ["FLASHC_OK", "FLASHC_ERR_INVALID_ARGUMENT", "FLASHC_ERR_NULL_POINTER",
+             "FLASHC_ERR_SHAPE", "FLASHC_ERR_DTYPE", "FLASHC_ERR_STRIDE", "FLASHC_ERR_OVERFLOW",
+             "FLASHC_ERR_UNSUPPORTED", "FLASHC_ERR_BACKEND_UNAVAILABLE",
+             "FLASHC_ERR_OUT_OF_MEMORY", "FLASHC_ERR_CUDA", "FLASHC_ERR_PARAMS_SIZE",
+             "FLASHC_ERR_DEVICE_MISMATCH", "FLASHC_ERR_INTERNAL"]
+    for i, n in enumerate(names):
+        assert _lib.flashc_status_string(i).decode() == n
+        assert getattr(_lib, n) == i
+    assert _lib.flashc_status_string(99).decode() == "FLASHC_ERR_UNKNOWN"
+    assert _lib.flashc_status_string(-1).decode() == "FLASHC_ERR_UNKNOWN"
+
+
+def test_version():
+    assert flashc.__version__ == _lib.flashc_version_string().decode()
+    major, minor, patch = (int(x) for x in flashc.__version__.split("."))
+    assert _lib.flashc_version_number() == major * 10000 + minor * 100 + patch
+
+
+def test_dtype_size():
+    assert [_lib.flashc_dtype_size(d) for d in range(4)] == [4, 2, 2, 8]
+    assert _lib.flashc_dtype_size(4) == 0 and _lib.flashc_dtype_size(-1) == 0
+
+
+def test_flashc_error_is_value_error():
+    q, k, v = qkv(Hq=12, Hkv=5)
+    e = expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v)
+    assert isinstance(e, ValueError)
+    assert e.status_name == "FLASHC_ERR_SHAPE" and str(e).startswith("FLASHC_ERR_SHAPE: ")
+
+
+def test_struct_size_guard(monkeypatch):
+    """The import-time guard turns a drifted struct mirror into ImportError."""
+    _lib._check_struct_sizes()
+    monkeypatch.setattr(_lib, "flashc_attn_params_size", lambda: 4096)
+    with pytest.raises(ImportError, match="flashc_attn_params"):
+        _lib._check_struct_sizes()
+
+
+def test_struct_sizes_match_library():
+    assert ctypes.sizeof(_lib.flashc_attn_params) == _lib.flashc_attn_params_size()
+    assert ctypes.sizeof(_lib.flashc_exec_params) == _lib.flashc_exec_params_size()
+    p = _lib.flashc_attn_params_default()
+    assert p.struct_size == ctypes.sizeof(_lib.flashc_attn_params)
+    assert (p.backend, p.softmax_scale, p.causal, p.deterministic) == (0, 0.0, 0, 1)
+    assert (p.window_left, p.window_right, p.num_sink_tokens) == (-1, -1, 0)
+    assert not p.sink_logits and not p.stream
+    e = _lib.flashc_exec_params_default()
+    assert e.struct_size == ctypes.sizeof(_lib.flashc_exec_params) and e.backend == 0
+
+
+# ----------------------------------------------------------- null pointers
+
+
+def _fwd_tensors():
+    q, k, v = qkv()
+    o = np.empty_like(q)
+    return [q, k, v, o], [tensor(a) for a in (q, k, v, o)]
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v", "o"])
+def test_null_descriptor_fwd(which):
+    keep, ts = _fwd_tensors()
+    ts[["q", "k", "v", "o"].index(which)] = None
+    assert raw_fwd(*ts) == S.FLASHC_ERR_NULL_POINTER
+    assert which in last_error()
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v", "o"])
+def test_null_data_fwd(which):
+    keep, ts = _fwd_tensors()
+    ts[["q", "k", "v", "o"].index(which)].data = None
+    assert raw_fwd(*ts) == S.FLASHC_ERR_NULL_POINTER
+    assert which in last_error()
+
+
+def test_null_params_means_defaults():
+    keep, ts = _fwd_tensors()
+    assert raw_fwd(*ts, params=None) == S.FLASHC_OK
+    o_default = keep[3].copy()
+    assert np.array_equal(o_default, flashc.attention(*keep[:3]))
+
+
+def test_null_data_allowed_when_empty():
+    q, k, v = qkv(Sq=0)
+    o = np.empty_like(q)
+    cs = (32, 32, 8, 1)  # contiguous strides of [1, 0, 4, 8]
+    ts = [tensor(q, strides=cs), tensor(k), tensor(v), tensor(o, strides=cs)]
+    ts[0].data = None
+    ts[3].data = None
+    assert raw_fwd(*ts) == S.FLASHC_OK
+
+
+def test_empty_output_with_zero_strides_ok():
+    """NumPy gives empty arrays all-zero strides; an output with no elements
+    cannot alias, so zero strides on it are not FLASHC_ERR_STRIDE."""
+    q, k, v = qkv(Sq=0)
+    o = np.empty_like(q)
+    assert o.size == 0
+    ts = [tensor(q, strides=(0, 0, 0, 0)), tensor(k), tensor(v), tensor(o, strides=(0, 0, 0, 0))]
+    assert raw_fwd(*ts) == S.FLASHC_OK, last_error()
+
+
+def test_bwd_null_lse():
+    q, k, v = qkv()
+    o = np.empty_like(q)
+    g = [np.empty_like(a) for a in (q, k, v)]
+    st = _lib.flashc_attn_bwd(ref(tensor(q)), ref(tensor(q)), ref(tensor(k)), ref(tensor(v)),
+                              ref(tensor(o)), None, ref(tensor(g[0])), ref(tensor(g[1])),
+                              ref(tensor(g[2])), None, None)
+    assert st == S.FLASHC_ERR_NULL_POINTER and "lse" in last_error()
+
+
+@pytest.mark.parametrize("which", ["dq", "dk", "dv"])
+def test_bwd_null_grad(which):
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    g = [tensor(np.empty_like(a)) for a in (q, k, v)]
+    keep = g[:]
+    g[["dq", "dk", "dv"].index(which)] = None
+    st = _lib.flashc_attn_bwd(ref(tensor(q)), ref(tensor(q)), ref(tensor(k)), ref(tensor(v)),
+                              ref(tensor(o)), ref(tensor(lse)), ref(g[0]), ref(g[1]), ref(g[2]),
+                              None, None)
+    assert st == S.FLASHC_ERR_NULL_POINTER and which in last_error()
+    del keep
+
+
+def test_bwd_sinks_without_dsinks():
+    q, k, v = qkv()
+    sinks = np.zeros(4, np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, sinks=sinks)
+    g = [np.empty_like(a) for a in (q, k, v)]
+    p = _lib.attn_params_default()
+    p.sink_logits = sinks.ctypes.data
+    st = _lib.flashc_attn_bwd(ref(tensor(q)), ref(tensor(q)), ref(tensor(k)), ref(tensor(v)),
+                              ref(tensor(o)), ref(tensor(lse)), ref(tensor(g[0])),
+                              ref(tensor(g[1])), ref(tensor(g[2])), None, ref(p))
+    assert st == S.FLASHC_ERR_NULL_POINTER and "dsinks" in last_error()
+
+
+@pytest.mark.parametrize("which", ["x", "w", "y"])
+def test_wsum_null(which):
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    y = np.empty(3, np.float32)
+    ts = {n: tensor(a) for n, a in (("x", x), ("w", w), ("y", y))}
+    ts[which] = None
+    st = _lib.flashc_weighted_sum(ref(ts["x"]), ref(ts["w"]), ref(ts["y"]), None)
+    assert st == S.FLASHC_ERR_NULL_POINTER and which in last_error()
+
+
+def test_wsum_bwd_both_outputs_null():
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    dy = np.ones(3, np.float32)
+    st = _lib.flashc_weighted_sum_bwd(ref(tensor(dy)), ref(tensor(x)), ref(tensor(w)), None,
+                                      None, None)
+    assert st == S.FLASHC_ERR_NULL_POINTER
+
+
+# ------------------------------------------------------------------ shapes
+
+
+def test_q_ndim_wrong():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q[0], k, v, match="q")
+
+
+def test_k_ndim_wrong():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k[..., None], v, match="k")
+
+
+def test_batch_mismatch():
+    q, k, v = qkv(B=2)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k[:1], v[:1])
+
+
+def test_head_dim_mismatch():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k[..., :4], v[..., :4])
+
+
+def test_k_v_shape_mismatch():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v[:, :3])
+
+
+def test_out_shape_mismatch():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v,
+           out=np.empty((1, 4, 4, 7), np.float32))
+
+
+def test_hq_not_multiple_of_hkv():
+    q, k, v = qkv(Hq=12, Hkv=5)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v,
+           match="q.shape[2]=12 is not a multiple of k.shape[2]=5")
+
+
+def test_batch_zero():
+    q, k, v = qkv(B=0)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v)
+
+
+def test_heads_zero():
+    q, k, v = qkv(Hq=0, Hkv=0)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v)
+
+
+def test_head_dim_zero():
+    q, k, v = qkv(D=0)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, match="D")
+
+
+def test_head_dim_257():
+    q, k, v = qkv(D=257)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, match="256")
+
+
+def test_negative_extent():
+    keep, ts = _fwd_tensors()
+    ts[1].shape[1] = -5
+    assert raw_fwd(*ts) == S.FLASHC_ERR_SHAPE and "negative" in last_error()
+
+
+def test_ndim_over_max():
+    keep, ts = _fwd_tensors()
+    ts[0].ndim = 9
+    assert raw_fwd(*ts) == S.FLASHC_ERR_SHAPE
+
+
+def test_lse_wrong_shape():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v, return_lse=True,
+           out=(None, np.empty((1, 4, 5), np.float32)), match="lse")
+
+
+def test_lse_wrong_ndim():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v, return_lse=True,
+           out=(None, np.empty((1, 4, 4, 1), np.float32)), match="lse")
+
+
+def test_lse_wrong_dtype():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, return_lse=True,
+           out=(None, np.empty((1, 4, 4), np.float64)), match="lse")
+
+
+def test_lse_f32_for_f64_inputs():
+    q, k, v = qkv(dtype=np.float64)
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, return_lse=True,
+           out=(None, np.empty((1, 4, 4), np.float32)), match="lse")
+
+
+def test_bwd_lse_wrong_shape():
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention_backward, q, q, k, v, o, lse[:, :2])
+
+
+def test_bwd_dout_shape_mismatch():
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention_backward, q[:, :3], q, k, v, o, lse)
+
+
+def test_bwd_grad_dtype_mismatch():
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention_backward, q, q, k, v, o, lse,
+           out=(np.empty(q.shape, np.float64), None, None))
+
+
+def test_sinks_wrong_length():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v, sinks=np.zeros(3, np.float32),
+           match="sinks")
+
+
+# ------------------------------------------------------------------ dtypes
+
+
+def test_dtype_mismatch():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k.astype(np.float16), v)
+
+
+def test_out_dtype_mismatch():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, out=np.empty(q.shape, np.float64))
+
+
+def test_unknown_dtype_raw():
+    keep, ts = _fwd_tensors()
+    for t in ts:
+        t.dtype = 7
+    assert raw_fwd(*ts) == S.FLASHC_ERR_DTYPE
+
+
+def test_unsupported_numpy_dtype():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q.astype(np.int32), k, v, match="int32")
+
+
+# ---------------------------------------------------------------- params
+
+
+def test_window_left_below_minus_one():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, window=(-2, -1),
+           match="window_left")
+
+
+def test_window_right_below_minus_one():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, window=(-1, -7),
+           match="window_right")
+
+
+def test_causal_with_window_right():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, causal=True, window=(4, 2))
+
+
+def test_negative_sink_tokens():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, sink_tokens=-1,
+           match="num_sink_tokens")
+
+
+def test_softmax_scale_not_finite():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, softmax_scale=float("nan"))
+
+
+def test_causal_not_bool_raw():
+    keep, ts = _fwd_tensors()
+    p = _lib.attn_params_default()
+    p.causal = 2
+    assert raw_fwd(*ts, params=p) == S.FLASHC_ERR_INVALID_ARGUMENT
+
+
+def test_unknown_backend_raw():
+    keep, ts = _fwd_tensors()
+    p = _lib.attn_params_default()
+    p.backend = 9
+    assert raw_fwd(*ts, params=p) == S.FLASHC_ERR_INVALID_ARGUMENT
+
+
+def test_unknown_backend_name():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, backend="tpu")
+
+
+@pytest.mark.parametrize("delta", [-8, -1, 1, 8])
+def test_attn_params_struct_size_wrong(delta):
+    keep, ts = _fwd_tensors()
+    p = _lib.attn_params_default()
+    p.struct_size = ctypes.sizeof(p) + delta
+    assert raw_fwd(*ts, params=p) == S.FLASHC_ERR_PARAMS_SIZE
+    assert "struct_size" in last_error()
+
+
+def test_exec_params_struct_size_wrong():
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    y = np.empty(3, np.float32)
+    p = _lib.exec_params_default()
+    p.struct_size = 3
+    st = _lib.flashc_weighted_sum(ref(tensor(x)), ref(tensor(w)), ref(tensor(y)), ref(p))
+    assert st == S.FLASHC_ERR_PARAMS_SIZE
+
+
+# ----------------------------------------------------------------- strides
+
+
+def test_output_zero_stride():
+    q, k, v = qkv()
+    out = writable_zero_stride(q.shape, np.float32, axis=1)
+    expect(S.FLASHC_ERR_STRIDE, flashc.attention, q, k, v, out=out)
+
+
+def test_lse_zero_stride():
+    q, k, v = qkv()
+    lse = writable_zero_stride((1, 4, 4), np.float32, axis=2)
+    expect(S.FLASHC_ERR_STRIDE, flashc.attention, q, k, v, return_lse=True, out=(None, lse))
+
+
+def test_grad_zero_stride():
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    dk = writable_zero_stride(k.shape, np.float32, axis=2)
+    expect(S.FLASHC_ERR_STRIDE, flashc.attention_backward, q, q, k, v, o, lse,
+           out=(None, dk, None))
+
+
+def test_wsum_output_zero_stride():
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    expect(S.FLASHC_ERR_STRIDE, flashc.weighted_sum, x, w,
+           out=writable_zero_stride((3,), np.float32, axis=0))
+
+
+def test_output_zero_stride_on_extent_one_ok():
+    q, k, v = qkv()
+    out = writable_zero_stride(q.shape, np.float32, axis=0)  # B = 1: no aliasing
+    flashc.attention(q, k, v, out=out)
+
+
+def test_output_misaligned_byte_stride():
+    # Byte strides that are not a multiple of the itemsize cannot be written
+    # as element strides: an output like that is refused (inputs are copied).
+    q, k, v = qkv()
+    buf = np.zeros(4 * q.nbytes, np.uint8)
+    st = list(q.strides)
+    st[1] += 2
+    bad = np.ndarray(q.shape, np.float32, buffer=buf, offset=0, strides=st)
+    expect(S.FLASHC_ERR_STRIDE, flashc.attention, q, k, v, out=bad)
+    # The same strides on an input work (copied).
+    bad[...] = q
+    np.testing.assert_array_equal(flashc.attention(bad, k, v), flashc.attention(q, k, v))
+
+
+def test_read_only_output():
+    q, k, v = qkv()
+    out = np.empty_like(q)
+    out.flags.writeable = False
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, out=out)
+
+
+# ---------------------------------------------------------------- overflow
+
+
+def test_overflow_element_count():
+    keep, ts = _fwd_tensors()
+    ts[0].shape[1] = 2 ** 40
+    ts[0].shape[3] = 2 ** 30
+    assert raw_fwd(*ts) == S.FLASHC_ERR_OVERFLOW
+
+
+def test_overflow_offset():
+    keep, ts = _fwd_tensors()
+    ts[1].strides[1] = 2 ** 62
+    assert raw_fwd(*ts) == S.FLASHC_ERR_OVERFLOW
+
+
+def test_overflow_byte_offset():
+    keep, ts = _fwd_tensors()
+    ts[2].strides[1] = 2 ** 61  # element offset fits; bytes (x4) do not
+    assert raw_fwd(*ts) == S.FLASHC_ERR_OVERFLOW
+
+
+def test_overflow_wsum():
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    y = np.empty(3, np.float32)
+    tx = tensor(x)
+    tx.shape[0] = 2 ** 62
+    tx.strides[0] = 4
+    ty = tensor(y)
+    ty.shape[0] = 2 ** 62
+    st = _lib.flashc_weighted_sum(ref(tx), ref(tensor(w)), ref(ty), None)
+    assert st == S.FLASHC_ERR_OVERFLOW
+
+
+# ----------------------------------------------------------- weighted sum
+
+
+def test_wsum_x_0d():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum, np.float32(1.0), np.ones(1, np.float32))
+
+
+def test_wsum_w_length_mismatch():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
+           np.ones(5, np.float32))
+
+
+def test_wsum_w_ndim():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
+           np.ones((1, 4), np.float32))
+
+
+def test_wsum_dtype_mismatch():
+    expect(S.FLASHC_ERR_DTYPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
+           np.ones(4, np.float64))
+
+
+def test_wsum_y_shape():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
+           np.ones(4, np.float32), out=np.empty(4, np.float32))
+
+
+def test_wsum_too_many_dims():
+    x = np.ones((1,) * 9 + (4,), np.float32)
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum, x, np.ones(4, np.float32))
+
+
+def test_wsum_bwd_dy_shape():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum_backward, np.ones(4, np.float32),
+           np.ones((3, 4), np.float32), np.ones(4, np.float32))
+
+
+def test_wsum_bwd_dw_shape():
+    expect(S.FLASHC_ERR_SHAPE, flashc.weighted_sum_backward, np.ones(3, np.float32),
+           np.ones((3, 4), np.float32), np.ones(4, np.float32),
+           out=(None, np.empty(5, np.float32)))
+
+
+def test_wsum_bwd_dtype():
+    expect(S.FLASHC_ERR_DTYPE, flashc.weighted_sum_backward, np.ones(3, np.float16),
+           np.ones((3, 4), np.float32), np.ones(4, np.float32))
+
+
+# ---------------------------------------------------------------- backends
+
+
+def test_backend_cuda_unavailable_raw():
+    if flashc.backend_available("cuda")[0]:
+        pytest.skip("CUDA is available here")
+    keep, ts = _fwd_tensors()
+    p = _lib.attn_params_default()
+    p.backend = _lib.FLASHC_BACKEND_CUDA
+    assert raw_fwd(*ts, params=p) == S.FLASHC_ERR_BACKEND_UNAVAILABLE
+    assert last_error()
+
+
+def test_backend_cuda_unavailable():
+    if flashc.backend_available("cuda")[0]:
+        pytest.skip("CUDA is available here")
+    q, k, v = qkv()
+    e = expect(S.FLASHC_ERR_BACKEND_UNAVAILABLE, flashc.attention, q, k, v, backend="cuda")
+    assert "cuda" in e.message.lower()
+    assert _lib.flashc_backend_available(_lib.FLASHC_BACKEND_CUDA) == 0
+    assert last_error()  # says why
+
+
+def test_backend_cuda_unavailable_wsum_raw():
+    if flashc.backend_available("cuda")[0]:
+        pytest.skip("CUDA is available here")
+    x = np.ones((3, 4), np.float32)
+    w = np.ones(4, np.float32)
+    y = np.empty(3, np.float32)
+    p = _lib.exec_params_default()
+    p.backend = _lib.FLASHC_BACKEND_CUDA
+    st = _lib.flashc_weighted_sum(ref(tensor(x)), ref(tensor(w)), ref(tensor(y)), ref(p))
+    assert st == S.FLASHC_ERR_BACKEND_UNAVAILABLE
+
+
+def test_cuda_helpers_unavailable():
+    if flashc.backend_available("cuda")[0]:
+        pytest.skip("CUDA is available here")
+    n = ctypes.c_int(-1)
+    assert _lib.flashc_cuda_device_count(ctypes.byref(n)) == S.FLASHC_ERR_BACKEND_UNAVAILABLE
+    p = ctypes.c_void_p()
+    assert _lib.flashc_cuda_malloc(ctypes.byref(p), 16) == S.FLASHC_ERR_BACKEND_UNAVAILABLE
+    assert flashc.cuda.device_count() == 0 and not flashc.cuda.is_available()
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.cuda.empty((4,), np.float32)
+    assert ei.value.status == S.FLASHC_ERR_BACKEND_UNAVAILABLE
+
+
+def test_pointer_is_device_host():
+    a = np.ones(4, np.float32)
+    d = ctypes.c_int(-1)
+    assert _lib.flashc_pointer_is_device(a.ctypes.data, ctypes.byref(d)) in (
+        S.FLASHC_OK, S.FLASHC_ERR_BACKEND_UNAVAILABLE)
+    if not flashc.backend_available("cuda")[0]:
+        assert d.value in (0, -1)
+
+
+def test_backend_available_unknown():
+    assert _lib.flashc_backend_available(42) == 0
+    assert _lib.flashc_backend_available(_lib.FLASHC_BACKEND_CPU) == 1
+    assert _lib.flashc_backend_available(_lib.FLASHC_BACKEND_AUTO) == 1
+
+
+# ------------------------------------------------------------ thread-local
+
+
+def test_last_error_is_thread_local():
+    """Two threads fail with different messages at the same time (the GIL is
+    released inside each call); each must read back its own message."""
+    n_iter = 500
+    failures = []
+    barrier = threading.Barrier(2)
+
+    def work(hq, hkv):
+        q, k, v = qkv(Hq=hq, Hkv=hkv)
+        o = np.empty_like(q)
+        ts = [tensor(a) for a in (q, k, v, o)]
+        want = "q.shape[2]=%d is not a multiple of k.shape[2]=%d" % (hq, hkv)
+        barrier.wait()
+        for _ in range(n_iter):
+            st = raw_fwd(*ts)
+            msg = _lib.flashc_last_error().decode()
+            if st != S.FLASHC_ERR_SHAPE or want not in msg:
+                failures.append((hq, hkv, st, msg))
+                return
+
+    threads = [threading.Thread(target=work, args=a) for a in ((12, 5), (9, 4))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+
+
+def test_last_error_not_clobbered_by_other_thread_success():
+    q, k, v = qkv(Hq=12, Hkv=5)
+    o = np.empty_like(q)
+    ts = [tensor(a) for a in (q, k, v, o)]
+    assert raw_fwd(*ts) == S.FLASHC_ERR_SHAPE
+    good = qkv()
+    t = threading.Thread(target=lambda: flashc.attention(*good))
+    t.start()
+    t.join()
+    assert "is not a multiple of" in last_error()
