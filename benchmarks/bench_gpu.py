@@ -122,7 +122,7 @@ def tflops(flop, ms):
 # --------------------------------------------------------------- attention
 
 
-def attn_rows(L, quick, reps):
+def attn_rows(L, quick, reps, bwd=True):
     rows = []
     Ss = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
     dts = [torch.bfloat16] if quick else [torch.bfloat16, torch.float16]
@@ -152,7 +152,8 @@ def attn_rows(L, quick, reps):
                                 def fb():
                                     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                                     out.backward(dot)
-                                r[name + "_fb_ms"] = bench(fb, max(reps // 2, 20))
+                                if bwd:
+                                    r[name + "_fb_ms"] = bench(fb, max(reps // 2, 20))
                         except Exception as e:
                             r[name + "_error"] = str(e).splitlines()[0][:120]
                     if L is not None:
@@ -169,7 +170,8 @@ def attn_rows(L, quick, reps):
                             def fcb():
                                 flashc_attn(L, q, k, v, o, lse, causal, stream)
                                 flashc_attn_bwd(L, do, q, k, v, o, lse, dq, dk, dv, causal, stream)
-                            r["flashc_fb_ms"] = bench(fcb, max(reps // 2, 20))
+                            if bwd:
+                                r["flashc_fb_ms"] = bench(fcb, max(reps // 2, 20))
                         except Exception as e:
                             r["flashc_error"] = str(e)[:200]
                     for key in ("flashc", "fa2", "cudnn"):
@@ -232,13 +234,14 @@ def main():
     ap.add_argument("--no-flashc", action="store_true", help="peers only")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--skip-wsum", action="store_true")
+    ap.add_argument("--no-bwd", action="store_true", help="forward timings only")
     a = ap.parse_args()
     torch.manual_seed(0)
     L, why = (None, "--no-flashc") if a.no_flashc else load_flashc()
     print("device: %s, torch %s, flashc: %s" % (torch.cuda.get_device_name(), torch.__version__,
                                                 "loaded" if L else "n/a (%s)" % why), flush=True)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "attention": attn_rows(L, a.quick, a.reps)}
+           "attention": attn_rows(L, a.quick, a.reps, not a.no_bwd)}
     if not a.skip_wsum:
         res["weighted_sum"] = wsum_rows(L, a.quick, a.reps)
     if a.json:

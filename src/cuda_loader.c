@@ -94,15 +94,10 @@ flashc_status fc_resolve_backend(int requested, const void *const *ptrs, int n, 
                      requested != FLASHC_BACKEND_CUDA,
                  FLASHC_ERR_INVALID_ARGUMENT, "params.backend=%d is not a flashc_backend (0=AUTO, 1=CPU, 2=CUDA)",
                  requested);
-    const fc_cuda_module *m;
-    if (requested == FLASHC_BACKEND_CPU) {
-        *backend = FLASHC_BACKEND_CPU;
-        return FLASHC_OK;
-    }
-    m = fc_cuda();
+    const fc_cuda_module *m = fc_cuda();
     if (!m) {
         if (requested == FLASHC_BACKEND_CUDA) return FLASHC_ERR_BACKEND_UNAVAILABLE; /* message set */
-        fc_clear_error();
+        fc_clear_error(); /* no CUDA here: every pointer is host memory */
         *backend = FLASHC_BACKEND_CPU;
         return FLASHC_OK;
     }
@@ -113,6 +108,13 @@ flashc_status fc_resolve_backend(int requested, const void *const *ptrs, int n, 
         FC_TRY(fc_cuda_status(m, m->pointer_is_device(ptrs[i], &is_dev)));
         if (is_dev) { ++n_dev; if (first_dev < 0) first_dev = i; }
         else { ++n_host; if (first_host < 0) first_host = i; }
+    }
+    /* The CPU backend reading device memory would crash the caller's process. */
+    FC_RETURN_IF(requested == FLASHC_BACKEND_CPU && n_dev > 0, FLASHC_ERR_DEVICE_MISMATCH,
+                 "backend CPU needs host memory, but argument %d is a device pointer", first_dev);
+    if (requested == FLASHC_BACKEND_CPU) {
+        *backend = FLASHC_BACKEND_CPU;
+        return FLASHC_OK;
     }
     if (requested == FLASHC_BACKEND_CUDA) {
         FC_RETURN_IF(n_host > 0, FLASHC_ERR_DEVICE_MISMATCH,

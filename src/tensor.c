@@ -21,11 +21,12 @@ flashc_status fc_check_tensor(const flashc_tensor *t, const char *name, int ndim
         FC_RETURN_IF(mul_overflows(numel, n, &numel), FLASHC_ERR_OVERFLOW,
                      "%s: element count overflows int64 at shape[%d]=%lld", name, i, (long long)n);
         FC_RETURN_IF(s == INT64_MIN, FLASHC_ERR_OVERFLOW, "%s.strides[%d] is INT64_MIN", name, i);
-        FC_RETURN_IF(is_output && n > 1 && s == 0, FLASHC_ERR_STRIDE,
-                     "%s.strides[%d]=0 on an output axis of extent %lld: elements would alias", name, i,
-                     (long long)n);
     }
-    if (numel == 0) return FLASHC_OK; /* nothing is read or written */
+    if (numel == 0) return FLASHC_OK; /* nothing is read or written: any strides will do */
+    for (int i = 0; i < t->ndim; ++i)
+        FC_RETURN_IF(is_output && t->shape[i] > 1 && t->strides[i] == 0, FLASHC_ERR_STRIDE,
+                     "%s.strides[%d]=0 on an output axis of extent %lld: elements would alias", name, i,
+                     (long long)t->shape[i]);
     for (int i = 0; i < t->ndim; ++i) {
         int64_t reach;
         const int64_t s = t->strides[i] < 0 ? -t->strides[i] : t->strides[i];

@@ -167,6 +167,7 @@ static void check_error_paths(void) {
     flashc_tensor kb = t4(buf, FLASHC_F32, 1, 4, 4, 257);
     EXPECT_ERR(flashc_attn_fwd(&bad, &kb, &kb, &ob, NULL, NULL), FLASHC_ERR_INVALID_ARGUMENT, "1..256");
     bad = t4(buf, FLASHC_F32, 1, 4, 12, 0);
+    memcpy(bad.strides, q.strides, sizeof q.strides); /* D = 0 would give zero strides */
     EXPECT_ERR(flashc_attn_fwd(&bad, &k, &v, &bad, NULL, NULL), FLASHC_ERR_INVALID_ARGUMENT, "1..256");
     bad = k;
     bad.shape[3] = 4;

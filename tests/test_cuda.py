@@ -91,7 +91,7 @@ def test_views(rng):
 def test_empty_and_zeros():
     e = fcuda.empty((3, 0, 2), np.float16)
     assert e.shape == (3, 0, 2) and e.numpy().shape == (3, 0, 2) and e.ptr != 0
-    z = fcuda.zeros((5, 4), "bfloat16")
+    z = fcuda.zeros((5, 4), np_dtype("bfloat16"))
     assert z.dtype.name == "bfloat16" and not np.asarray(z.numpy(), np.float32).any()
 
 

@@ -257,7 +257,8 @@ class DeviceArray:
 
     def copy_from_host(self, arr):
         """Overwrite this (C-contiguous) array with the host array arr."""
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        # np.require, not ascontiguousarray: the latter turns 0-d into 1-d.
+        arr = np.require(np.asarray(arr, dtype=self.dtype), requirements="C")
         if arr.shape != self.shape:
             raise ValueError("shape %s does not match %s" % (arr.shape, self.shape))
         if not self.is_c_contiguous:
@@ -328,7 +329,7 @@ def to_device(arr):
     """A C-contiguous device copy of a host array (any strides)."""
     if isinstance(arr, DeviceArray):
         return arr.copy()
-    arr = np.ascontiguousarray(arr)
+    arr = np.require(np.asarray(arr), requirements="C")  # keeps 0-d arrays 0-d
     dtype_code(arr.dtype, "array")
     return DeviceArray(arr.shape, arr.dtype).copy_from_host(arr)
 

@@ -18,15 +18,18 @@
  * Work split (no atomics, nothing depends on the thread count):
  *   pass 0: Δ and L for every (b, h, i), staged in the working precision;
  *           d sinks summed per head in (b, i) order.
- *   pass 1: one task per (b, kv-head, key block of BC): dK, dV of the block,
- *           over the group's query heads and the visible query blocks in order.
- *   pass 2: one task per (b, q-head, query block of BR): dQ of the block over
- *           the visible key blocks in order.
- * Passes 1 and 2 share one dynamically scheduled task list; every task owns
- * the output rows it writes, and each output element is summed in a fixed
- * order, so the result is bit-identical across runs and thread counts.
- * Pass 2 recomputes S and dP (7 tile GEMMs where a dQ-atomic scheme has 5):
- * the price of determinism without per-block dQ partial buffers.
+ *   fused mode (the default, 5 tile GEMMs): one task per (b, kv head, chunk
+ *           of key blocks); per key block dK, dV over the group's query heads
+ *           and visible query blocks in order, and dQ += dS K into the chunk's
+ *           own fp32 partial buffer; then dQ = Σ_chunk partials in chunk order.
+ *           The chunk count is a function of the shape (≈16 tasks), never of
+ *           the thread count.
+ *   two-pass mode (when the partials would exceed 1 GiB, or
+ *           FLASHC_CPU_BWD=twopass): pass 1 = one task per (b, kv head, key
+ *           block) for dK, dV; pass 2 = one task per (b, q head, query block)
+ *           for dQ, recomputing S and dP (7 tile GEMMs) but with no partials.
+ * Every task owns the rows it writes and sums each element in a fixed order,
+ * so the result is bit-identical across runs and thread counts.
  */
 #include "attn_bwd.h"
 

@@ -45,8 +45,8 @@ static inline float fc_ld1(const void *src, int64_t o, int dtype) {
                                  : fc_bf16_to_f32(((const uint16_t *)src)[o]);
 }
 
-/* dst[0..D) = src[d·stride] as fp32 (src points at element 0 of the row). */
-static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, int64_t D) {
+/* dst[0..D) = mul · src[d·stride] as fp32 (src points at element 0 of the row). */
+static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, int64_t D, float mul) {
     int64_t d = 0;
     if (stride == 1) {
         for (; d + 8 <= D; d += 8) {
@@ -58,18 +58,18 @@ static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, 
                 x = dtype == FLASHC_F16 ? _mm256_cvtph_ps(h)
                                         : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
             }
-            _mm256_storeu_ps(dst + d, x);
+            _mm256_storeu_ps(dst + d, _mm256_mul_ps(x, _mm256_set1_ps(mul)));
         }
     }
-    for (; d < D; ++d) dst[d] = fc_ld1(src, d * stride, dtype);
+    for (; d < D; ++d) dst[d] = mul * fc_ld1(src, d * stride, dtype);
 }
 
-/* dst[d·stride] = src[d] rounded to dtype (nearest-even), d < D. */
-static void FN(store_row)(void *dst, int64_t stride, int dtype, const float *src, int64_t D) {
+/* dst[d·stride] = mul · src[d] rounded to dtype (nearest-even), d < D. */
+static void FN(store_row)(void *dst, int64_t stride, int dtype, const float *src, int64_t D, float mul) {
     int64_t d = 0;
     if (stride == 1 && dtype != FLASHC_BF16) {
         for (; d + 8 <= D; d += 8) {
-            const __m256 x = _mm256_loadu_ps(src + d);
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(src + d), _mm256_set1_ps(mul));
             if (dtype == FLASHC_F32)
                 _mm256_storeu_ps((float *)dst + d, x);
             else
@@ -79,9 +79,10 @@ static void FN(store_row)(void *dst, int64_t stride, int dtype, const float *src
     }
     for (; d < D; ++d) {
         const int64_t o = d * stride;
-        if (dtype == FLASHC_F32) ((float *)dst)[o] = src[d];
-        else if (dtype == FLASHC_F16) ((uint16_t *)dst)[o] = fc_f32_to_f16(src[d]);
-        else ((uint16_t *)dst)[o] = fc_f32_to_bf16(src[d]);
+        const float x = mul * src[d];
+        if (dtype == FLASHC_F32) ((float *)dst)[o] = x;
+        else if (dtype == FLASHC_F16) ((uint16_t *)dst)[o] = fc_f32_to_f16(x);
+        else ((uint16_t *)dst)[o] = fc_f32_to_bf16(x);
     }
 }
 

@@ -4,8 +4,10 @@
  * Register blocking (32 zmm): S = Q·Kᵀ is 8 keys × 32 query rows (16
  * accumulators, 2 query loads + 8 broadcasts per d); O += P·V is 8 head dims
  * × 32 query rows (16 accumulators, 2 P loads + 8 broadcasts per key). One
- * zmm FMA per cycle with 4-cycle latency needs ≥ 4 chains; 16 leaves room
- * for the loads. See benchmarks/NOTES.md for the measurements. */
+ * zmm FMA per cycle (Zen 4 runs them as two 256-bit halves) at 4-cycle
+ * latency needs ≥ 4 chains; 16 leaves the load ports slack. Blocks of 128
+ * rows × tiles of 128 keys measured best (benchmarks/NOTES.md): at D = 256
+ * the per-thread scratch is ~600 KB, inside the 1 MB L2. */
 #include "attn_fwd.h"
 
 #include <immintrin.h>
@@ -40,14 +42,14 @@ static inline __m512 fc_exp2_ps(__m512 x) {
 
 static inline __mmask16 fc_tailmask(int64_t n) { return (__mmask16)((1u << n) - 1u); }
 
-/* dst[0..D) = src[d·stride] as fp32 (src points at element 0 of the row). */
-static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, int64_t D) {
+/* dst[0..D) = mul · src[d·stride] as fp32 (src points at element 0 of the row). */
+static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, int64_t D, float mul) {
     if (stride != 1) {
         for (int64_t d = 0; d < D; ++d) {
             const int64_t o = d * stride;
-            dst[d] = dtype == FLASHC_F32    ? ((const float *)src)[o]
-                     : dtype == FLASHC_F16 ? fc_f16_to_f32(((const uint16_t *)src)[o])
-                                           : fc_bf16_to_f32(((const uint16_t *)src)[o]);
+            dst[d] = mul * (dtype == FLASHC_F32    ? ((const float *)src)[o]
+                            : dtype == FLASHC_F16 ? fc_f16_to_f32(((const uint16_t *)src)[o])
+                                                  : fc_bf16_to_f32(((const uint16_t *)src)[o]));
         }
         return;
     }
@@ -61,24 +63,25 @@ static void FN(cvt_row)(float *dst, const void *src, int64_t stride, int dtype, 
             x = dtype == FLASHC_F16 ? _mm512_cvtph_ps(h)
                                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
-        _mm512_mask_storeu_ps(dst + d, mk, x);
+        _mm512_mask_storeu_ps(dst + d, mk, _mm512_mul_ps(x, _mm512_set1_ps(mul)));
     }
 }
 
-/* dst[d·stride] = src[d] rounded to dtype (nearest-even), d < D. */
-static void FN(store_row)(void *dst, int64_t stride, int dtype, const float *src, int64_t D) {
+/* dst[d·stride] = mul · src[d] rounded to dtype (nearest-even), d < D. */
+static void FN(store_row)(void *dst, int64_t stride, int dtype, const float *src, int64_t D, float mul) {
     if (stride != 1) {
         for (int64_t d = 0; d < D; ++d) {
             const int64_t o = d * stride;
-            if (dtype == FLASHC_F32) ((float *)dst)[o] = src[d];
-            else if (dtype == FLASHC_F16) ((uint16_t *)dst)[o] = fc_f32_to_f16(src[d]);
-            else ((uint16_t *)dst)[o] = fc_f32_to_bf16(src[d]);
+            const float x = mul * src[d];
+            if (dtype == FLASHC_F32) ((float *)dst)[o] = x;
+            else if (dtype == FLASHC_F16) ((uint16_t *)dst)[o] = fc_f32_to_f16(x);
+            else ((uint16_t *)dst)[o] = fc_f32_to_bf16(x);
         }
         return;
     }
     for (int64_t d = 0; d < D; d += 16) {
         const __mmask16 mk = D - d >= 16 ? (__mmask16)0xffff : fc_tailmask(D - d);
-        const __m512 x = _mm512_maskz_loadu_ps(mk, src + d);
+        const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, src + d), _mm512_set1_ps(mul));
         if (dtype == FLASHC_F32) {
             _mm512_mask_storeu_ps((float *)dst + d, mk, x);
         } else if (dtype == FLASHC_F16) {

@@ -17,7 +17,8 @@
  *   Qt (Dp, BR)  the block's queries, transposed, pre-scaled by scale·log2(e)
  *   St (BC, BR)  scores, then probabilities, of one key tile
  *   Ot (Dp, BR)  the unnormalised output, transposed
- *   Kp, Vp (BC, Dp)  the key / value tile, fp32, rows as in memory
+ *   Kp, Vp (BC, Dp)  the key / value tile, fp32, rows as in memory (fp32
+ *                rows with unit d-stride are read in place instead)
  * so S = Q·Kᵀ and O += P·V both broadcast one K/V element against a vector
  * of query rows: K and V are only converted, never transposed.
  *
@@ -72,8 +73,8 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             if (r < nr) {
                 const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
                 const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
-                FN(cvt_row)(row, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D);
-                for (; d < D; ++d) row[d] *= qmul;
+                FN(cvt_row)(row, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, qmul);
+                d = D;
             }
             for (; d < dp; ++d) row[d] = 0.0f;
         }
@@ -109,14 +110,14 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             for (int jj = 0; jj < nb; ++jj) {
                 if (!k_inplace)
                     FN(cvt_row)(kp + jj * dp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
-                                a->sk[3], a->dtype, D);
+                                a->sk[3], a->dtype, D, 1.0f);
                 if (!v_inplace)
                     FN(cvt_row)(vp + jj * dp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
-                                a->sv[3], a->dtype, D);
+                                a->sv[3], a->dtype, D, 1.0f);
             }
             /* K/V of a long sequence live in L3 (a block streams all of its
              * head's keys): fetch the next tile into L2 while this one is
-             * computed, so that packing it does not stall. */
+             * computed, so that reading it does not stall. */
             if (a->sk[3] == 1 && a->sv[3] == 1) {
                 const int64_t n1 = j1 + FC_BC < ks.s1[sg] ? j1 + FC_BC : ks.s1[sg];
                 for (int64_t j = j1; j < n1; ++j) {
@@ -155,6 +156,9 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             } else {
                 for (int g = 0; g < FC_BR / FC_RG; ++g) { jlo[g] = 0; jhi[g] = nb; }
             }
+            /* Groups of padding rows only (a short last block, a decode
+             * step) cost nothing. */
+            for (int g = (nr + FC_RG - 1) / FC_RG; g < FC_BR / FC_RG; ++g) jlo[g] = jhi[g] = 0;
             /* st[j][r] = Σ_d qt[d][r]·kt[j][d] for j < nb; entries outside
              * the group's [jlo, jhi) may be left stale (the mask overwrites
              * them), rows of st up to nb rounded to the kernel's key
@@ -181,11 +185,8 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
             double factor, lse;
             fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
-            const float f = (float)factor;
-            float *row = tmp + k * dp;
-            for (int64_t d = 0; d < D; ++d) row[d] *= f;
             const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-            FN(store_row)((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, row, D);
+            FN(store_row)((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, tmp + k * dp, D, (float)factor);
             if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
         }
     }

@@ -428,7 +428,7 @@ template <typename T> static flashc_status dispatch_fwd(const FwdParams &p, int 
     switch (HDp) {
     case 32: return run_fwd<T, FwdTraits<32, 4, 2, 64, true>>(p, st);
     case 64: return run_fwd<T, FwdTraits<64, 4, 2, 64, true>>(p, st);
-    case 96: return run_fwd<T, FwdTraits<96, 4, 2, 64, false>>(p, st);
+    case 96: return run_fwd<T, FwdTraits<96, 4, 1, 64, true>>(p, st);
     case 128: return run_fwd<T, FwdTraits<128, 4, 2, 64, false>>(p, st);
     case 192: return run_fwd<T, FwdTraits<192, 4, 1, 64, false>>(p, st);
     case 256: return run_fwd<T, FwdTraits<256, 4, 1, 64, false>>(p, st);

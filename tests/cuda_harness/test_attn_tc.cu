@@ -348,7 +348,7 @@ static void perf(const char *json) {
     /* tile-shape variants first (bf16, 4k) */
     for (int D : {64, 128})
         for (int c : {0, 1})
-            for (int vv = 0; vv <= 4; ++vv) one(FLASHC_BF16, 4096, D, c, vv);
+            for (int vv = 0; vv <= 6; ++vv) one(FLASHC_BF16, 4096, D, c, vv);
     const int64_t Ss[] = {512, 1024, 2048, 4096, 8192, 16384};
     for (int dt : {FLASHC_BF16, FLASHC_F16})
         for (int D : {64, 128})
