@@ -409,3 +409,138 @@ def test_stress_weighted_sum_many_rows(rng):
     y = flashc.weighted_sum(fcuda.to_device(x), fcuda.to_device(w)).numpy()
     ny = weighted_sum_reference(x, w, compute=np.float32).astype(np.float32)
     assert_close(y, weighted_sum_reference(x, w), ny, "float32", "y")
+
+
+# ====================================================================
+# Tensor-core backward (src/cuda/attn_bwd_tc.cu): F16/BF16, D ≤ 128.
+# Appended by the CUDA-backward work; the rest of this file is not touched.
+# Each case: poisoned (NaN) device outputs, relative L2 error of dq/dk/dv
+# (and dsinks) against the float64 backward of the same rounded inputs,
+# the generic CUDA backward (FLASHC_CUDA_KERNEL=generic) on the same inputs,
+# and bit-identical results of two deterministic runs.
+# ====================================================================
+
+_TC_BWD_TOL = {"bfloat16": 2.5e-2, "float16": 6e-3}
+
+
+def _rel_l2(a, r):
+    a = np.asarray(a, np.float64)
+    r = np.asarray(r, np.float64)
+    return float(np.linalg.norm(a - r) / max(np.linalg.norm(r), 1e-30))
+
+
+def _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, layout="contig", deterministic=True, **kw):
+    import os
+    dt = np_dtype(dtype)
+    q, k, v, do = (rand(rng, s, dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D),
+                                                 (B, Sk, Hkv, D), (B, Sq, Hq, D)))
+    sinks = None
+    if kw.pop("use_sinks", False):
+        sinks = (rng.standard_normal(Hq) * 2).astype(np.float32)
+
+    def dev(a):
+        if layout == "bhsd":
+            return fcuda.to_device(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).transpose(
+                0, 2, 1, 3)
+        return fcuda.to_device(a)
+
+    def poisoned(shape):
+        return dev(np.full(shape, np.nan, dt))
+
+    ds = fcuda.to_device(sinks) if sinks is not None else None
+    dq_, dk_, dv_, ddo = dev(q), dev(k), dev(v), dev(do)
+    o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True, sinks=ds, **kw)
+
+    def run(det, generic=False):
+        outs = (poisoned(q.shape), poisoned(k.shape), poisoned(v.shape))
+        if sinks is not None:
+            outs += (fcuda.to_device(np.full(Hq, np.nan, np.float32)),)
+        old = os.environ.get("FLASHC_CUDA_KERNEL")
+        if generic:
+            os.environ["FLASHC_CUDA_KERNEL"] = "generic"
+        try:
+            g = flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, sinks=ds, out=outs,
+                                          deterministic=det, **kw)
+        finally:
+            if generic:
+                if old is None:
+                    os.environ.pop("FLASHC_CUDA_KERNEL", None)
+                else:
+                    os.environ["FLASHC_CUDA_KERNEL"] = old
+        return [x.numpy() for x in g]
+
+    got = run(deterministic)
+    gen = run(True, generic=True)
+    f = np.float64
+    ref = attention_backward_reference(do.astype(f), q.astype(f), k.astype(f), v.astype(f),
+                                       sinks=None if sinks is None else sinks.astype(f), **kw)
+    tol = _TC_BWD_TOL[dtype]
+    errs = {}
+    for name, a, g, r in zip(("dq", "dk", "dv", "dsinks"), got, gen, ref):
+        assert np.isfinite(a).all(), "%s: unwritten (NaN) or non-finite elements" % name
+        e, eg = _rel_l2(a, r), _rel_l2(g, r)
+        errs[name] = (e, eg)
+        # within tol of float64, and not much worse than the generic kernel
+        assert e < max(tol, 3.0 * eg), "%s rel-L2 %.3g (generic %.3g) tol %.3g" % (name, e, eg, tol)
+    if deterministic:
+        again = run(True)
+        for name, a, b in zip(("dq", "dk", "dv", "dsinks"), got, again):
+            assert a.tobytes() == b.tobytes(), "%s differs between two deterministic runs" % name
+    print("tc-bwd %s B%d Sq%d Sk%d H%d/%d D%d %s %s det=%d: %s" % (
+        dtype, B, Sq, Sk, Hq, Hkv, D, layout, kw, deterministic,
+        " ".join("%s %.2e (gen %.2e)" % (n, e, g) for n, (e, g) in errs.items())))
+    return errs
+
+
+_TC_BWD_CASES = {
+    "causal-gqa": (2, 77, 130, 8, 2, dict(causal=True)),
+    "full-mqa": (1, 90, 70, 8, 1, dict()),
+    "window-sinktok": (2, 150, 170, 8, 2, dict(window=(33, 5), sink_tokens=3)),
+    "causal-sinks": (1, 130, 130, 4, 2, dict(causal=True, use_sinks=True)),
+    "decode-sq1": (3, 1, 300, 4, 1, dict(causal=True)),
+    "sq-gt-sk-masked-rows": (1, 200, 60, 4, 2, dict(causal=True, use_sinks=True)),
+    "window-only": (1, 257, 257, 2, 2, dict(window=(20, 20))),
+    "causal-window-sinktok-sinks": (1, 300, 280, 4, 1, dict(causal=True, window=(64, -1),
+                                                           sink_tokens=5, use_sinks=True)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("D", [40, 64, 80, 128])
+@pytest.mark.parametrize("name", list(_TC_BWD_CASES))
+def test_tc_backward_sweep(rng, name, D, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _TC_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
+
+
+@pytest.mark.parametrize("D", [8, 32, 59, 96, 100])
+def test_tc_backward_head_dims(rng, D):
+    _tc_bwd_case(rng, 1, 129, 200, 4, 2, D, "bfloat16", causal=True)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["causal-gqa", "window-sinktok", "causal-sinks"])
+def test_tc_backward_strided(rng, name, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _TC_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, 64, dtype, layout="bhsd", **dict(kw))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("name", ["causal-gqa", "window-sinktok", "sq-gt-sk-masked-rows"])
+def test_tc_backward_atomic(rng, name, D):
+    B, Sq, Sk, Hq, Hkv, kw = _TC_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", deterministic=False, **dict(kw))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tc_backward_larger(rng, causal):
+    _tc_bwd_case(rng, 1, 1000, 1000, 4, 2, 128, "bfloat16", causal=causal)
+    _tc_bwd_case(rng, 1, 1000, 1000, 4, 2, 128, "bfloat16", deterministic=False, causal=causal)
+
+
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window=(300, 40), sink_tokens=4,
+                                                         use_sinks=True)],
+                         ids=["causal", "window-sinktok-sinks"])
+def test_tc_backward_atomic_long(rng, kw):
+    # deterministic=False takes the atomic-dQ kernel only at HD <= 64, Sk >= 2048
+    _tc_bwd_case(rng, 1, 2100, 2200, 2, 1, 64, "bfloat16", deterministic=False, **kw)

@@ -111,4 +111,15 @@ static inline void fc_row_finish(double M, double l, int has_sink, double s,
     *lse = mx + log(den);
 }
 
+/* The SIMD paths take the decode path (attn_fwd_decode_body.h: keys on the
+ * lanes) when a (b, kv head) has at most this many query rows Sq·G.
+ * FLASHC_CPU_DECODE_ROWS=n overrides the ISA's default (0 = never; capped
+ * at 64), read at every call so that tests can drive both paths. */
+static inline int64_t fc_decode_rows_max(int64_t dflt) {
+    const char *e = getenv("FLASHC_CPU_DECODE_ROWS");
+    if (!e || !*e) return dflt;
+    const long n = strtol(e, NULL, 10);
+    return n < 0 ? 0 : n > 64 ? 64 : n;
+}
+
 #endif /* FLASHC_CPU_ATTN_FWD_H */

@@ -237,4 +237,49 @@ static void FN(pv)(float *ot, int64_t D, const float *pt, const float *vp, int64
 
 #include "attn_fwd_body.h"
 
-flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a) { return FN(run)(a); }
+/* ------------------------------------------------ decode path (keys on lanes) */
+typedef __m256 fc_v;
+#define FC_VLOAD(p) _mm256_loadu_ps(p)
+#define FC_VSTORE(p, x) _mm256_storeu_ps((p), (x))
+#define FC_VSET1(x) _mm256_set1_ps(x)
+#define FC_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define FC_VMUL(a, b) _mm256_mul_ps((a), (b))
+#define FC_VADD(a, b) _mm256_add_ps((a), (b))
+#define FC_VSUB(a, b) _mm256_sub_ps((a), (b))
+#define FC_VZERO() _mm256_setzero_ps()
+
+static inline float fc_hmax8(__m256 x) {
+    __m128 y = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    y = _mm_max_ps(y, _mm_movehl_ps(y, y));
+    y = _mm_max_ss(y, _mm_shuffle_ps(y, y, 1));
+    return _mm_cvtss_f32(y);
+}
+static inline float fc_hsum8(__m256 x) {
+    __m128 y = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    y = _mm_add_ps(y, _mm_movehl_ps(y, y));
+    y = _mm_add_ss(y, _mm_shuffle_ps(y, y, 1));
+    return _mm_cvtss_f32(y);
+}
+#define FC_VHMAX(x) fc_hmax8(x)
+#define FC_VHSUM(x) fc_hsum8(x)
+
+/* s with −inf where key lane j is not visible: visible iff j < sel or lol ≤ j < hil. */
+static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
+    const __m256i j = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i vis = _mm256_or_si256(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(sel), j),
+        _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lol), j),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(hil), j)));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(vis));
+}
+
+#include "attn_fwd_decode_body.h"
+
+/* Rows per (b, kv head) up to which the decode path is faster (measured,
+ * benchmarks/NOTES.md "CPU decode"). */
+#define FC_DEC_ROWS_DEFAULT 16
+
+flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a) {
+    if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);
+    return FN(run)(a);
+}

@@ -249,4 +249,35 @@ static void FN(pv)(float *ot, int64_t D, const float *pt, const float *vp, int64
 
 #include "attn_fwd_body.h"
 
-flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) { return FN(run)(a); }
+/* ------------------------------------------------ decode path (keys on lanes) */
+typedef __m512 fc_v;
+#define FC_VLOAD(p) _mm512_loadu_ps(p)
+#define FC_VSTORE(p, x) _mm512_storeu_ps((p), (x))
+#define FC_VSET1(x) _mm512_set1_ps(x)
+#define FC_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define FC_VMUL(a, b) _mm512_mul_ps((a), (b))
+#define FC_VADD(a, b) _mm512_add_ps((a), (b))
+#define FC_VSUB(a, b) _mm512_sub_ps((a), (b))
+#define FC_VZERO() _mm512_setzero_ps()
+#define FC_VHMAX(x) _mm512_reduce_max_ps(x)
+#define FC_VHSUM(x) _mm512_reduce_add_ps(x)
+
+/* s with −inf where key lane j is not visible: visible iff j < sel or lol ≤ j < hil. */
+static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
+    const __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __mmask16 vis = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(sel), j) |
+                          (_mm512_cmple_epi32_mask(_mm512_set1_epi32(lol), j) &
+                           _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(hil), j));
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis, s);
+}
+
+#include "attn_fwd_decode_body.h"
+
+/* Rows per (b, kv head) up to which the decode path is faster (measured,
+ * benchmarks/NOTES.md "CPU decode"). */
+#define FC_DEC_ROWS_DEFAULT 16
+
+flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) {
+    if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);
+    return FN(run)(a);
+}

@@ -28,8 +28,9 @@
  *        dSᵀ = Pᵀ ∘ (dPᵀ − Δ), dV += Pᵀ dO (P rounded to T),
  *        dK += dSᵀ Q (dS rounded to T); dK·scale at the end.
  *      Per-element masks only on tiles not wholly visible.
- *      deterministic == 0: dSᵀ is staged in smem and dQ += dS K is added to
- *      an fp32 [B, Hq, Sq, HD] buffer with atomics (4. converts it).
+ *      deterministic == 0 (HD ≤ 64, Sk ≥ 2048 only, where it measured
+ *      faster): dSᵀ is staged in smem and dQ += dS K is added to an fp32
+ *      [B, Hq, Sq, HD] buffer with atomics, then converted.
  *   4. deterministic: dQ per (query block of 64, head, batch), the forward's
  *      loop (K/V tiles double-buffered): S = QKᵀ, dP = dO Vᵀ, dS, dQ += dS K.
  *      No atomics anywhere, fixed order: bit-identical across runs.
@@ -755,7 +756,10 @@ flashc_status fc_cuda_attn_bwd_tc(const fc_attn *a) {
         for (int j = 0; j < 3; ++j) vo = vo && (sout[i][j] % 2) == 0;
     p.vec_out = vo ? 1 : 0;
 
-    const bool atomic = a->deterministic == 0;
+    /* deterministic == 0 may use the atomic-dQ path; it is used only where it
+     * measured faster (H100, bf16: HD ≤ 64 at S = 4k, +1–5 %); at HD = 128 and
+     * at S = 1k the separate dQ kernel was faster (benchmarks/NOTES.md). */
+    const bool atomic = a->deterministic == 0 && HDp <= 64 && a->Sk >= 2048;
     cudaStream_t st = (cudaStream_t)a->stream;
     /* Scratch: L·log2e and Δ [2][B·Hq·Sq], sink terms [Hq][B·Sq], dQ fp32 [B·Hq·Sq][HD]. */
     size_t nfl = 2 * (size_t)nrows;

@@ -151,13 +151,16 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int6
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
         const int ir = ty + 16 * r;
-        A mm = m[r], ll = l[r];
+        A mm = m[r], ll = l[r], rescale = A(1);
         if (has_sink && sink != NEG_INF) {
+            /* acc and l are relative to e^{m}; the sink may raise the max
+             * to M, so both are rescaled by e^{m−M} (0 when m = −inf). */
             const A M = fmax(mm, sink);
-            ll = ll * fcc_exp(mm - M) + fcc_exp(sink - M);
+            rescale = fcc_exp(mm - M);
+            ll = ll * rescale + fcc_exp(sink - M);
             mm = M;
         }
-        const A inv = ll > A(0) ? A(1) / ll : A(0);
+        const A inv = ll > A(0) ? rescale / ll : A(0);
         const A L = ll > A(0) ? mm + fcc_log(ll) : NEG_INF;
         if (ir < ni) {
             const int64_t i = i0 + ir;

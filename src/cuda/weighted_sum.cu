@@ -110,7 +110,7 @@ __device__ __forceinline__ typename fcc_type<T>::acc fcc_row_dot(const fcc_wsum_
     using A = typename fcc_type<T>::acc;
     const T *__restrict__ w = (const T *)g.w;
     A acc = A(0);
-    if (g.x_dstr == 1 && TPR > 1) {
+    if (g.x_dstr == 1) {
         constexpr int VEC = 16 / sizeof(T);
         const T *xp = xr + d0;
         const int64_t n = d1 - d0;
@@ -123,7 +123,10 @@ __device__ __forceinline__ typename fcc_type<T>::acc fcc_row_dot(const fcc_wsum_
         const uint4 *xv = reinterpret_cast<const uint4 *>(xp + head);
         const T *wb = w + d0 + head; /* only used when w_str == 1 */
         const bool wvec = g.w_str == 1 && (((uintptr_t)wb & 15) == 0);
-        constexpr int U = 4;
+        constexpr int U = 4; /* 16-byte loads in flight per lane; one accumulator each */
+        A accu[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) accu[u] = A(0);
         int64_t k = lane;
         for (; k + (U - 1) * TPR < nvec; k += U * TPR) {
             uint4 xa[U], wa[U];
@@ -141,10 +144,12 @@ __device__ __forceinline__ typename fcc_type<T>::acc fcc_row_dot(const fcc_wsum_
                 for (int e = 0; e < VEC; ++e) {
                     const A wv = wvec ? fcc_type<T>::to(we[e])
                                       : fcc_type<T>::to(w[(d0 + head + (k + u * TPR) * VEC + e) * g.w_str]);
-                    acc = fma(fcc_type<T>::to(xe[e]), wv, acc);
+                    accu[u] = fma(fcc_type<T>::to(xe[e]), wv, accu[u]);
                 }
             }
         }
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc += accu[u];
         for (; k < nvec; k += TPR) {
             const uint4 xa = __ldg(xv + k);
             const T *xe = reinterpret_cast<const T *>(&xa);
@@ -294,10 +299,14 @@ template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
     const int VEC = 16 / (int)sizeof(T);
     const int64_t inner = g.xs[g.outer.n - 1];
     if (g.x_dstr == 1) {
-        if (g.D >= 8 * VEC) {
+        /* lanes per row such that each lane has about U = 4 vectors */
+        const int64_t nvec = g.D / VEC;
+        if (nvec >= 128) {
             fcc_wsum_fwd_kernel<T, 32><<<fcc_grid_rows(g.R, 8), 256, 0, st>>>(g, 0, nullptr);
-        } else {
+        } else if (nvec >= 16) {
             fcc_wsum_fwd_kernel<T, 4><<<fcc_grid_rows(g.R, 64), 256, 0, st>>>(g, 0, nullptr);
+        } else {
+            fcc_wsum_fwd_kernel<T, 1><<<fcc_grid_rows(g.R, 256), 256, 0, st>>>(g, 0, nullptr);
         }
     } else if ((inner < 0 ? -inner : inner) < (g.x_dstr < 0 ? -g.x_dstr : g.x_dstr)) {
         fcc_wsum_fwd_kernel<T, 1><<<fcc_grid_rows(g.R, 256), 256, 0, st>>>(g, 0, nullptr);

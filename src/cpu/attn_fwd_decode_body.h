@@ -1,0 +1,321 @@
+/*
+ * attn_fwd_decode_body.h — the SIMD forward for few query rows (decode:
+ * Sq = 1, or a short speculative / chunked step), written once for the AVX2
+ * and AVX-512 files. Included after attn_fwd_body.h (it reuses FN(cvt_row),
+ * FN(store_row), FN(transpose) and fc_exp2_ps) with, per ISA:
+ *   fc_v, FC_VLOAD, FC_VSTORE, FC_VSET1, FC_VFMA, FC_VMUL, FC_VADD, FC_VSUB, FC_VZERO,
+ *   FC_VHMAX, FC_VHSUM (horizontal max / sum, a fixed order), FN(dec_mask).
+ *
+ * Why another path: attn_fwd_body.h puts query rows on the lanes, so a
+ * decode step fills G of the FC_RG lanes of a register block (1 of 32 for
+ * MHA). Here KEYS are on the lanes: a chunk of FC_VW keys is transposed to
+ * Kt (dp, VW) with the 16×16 (8×8) register transpose, each row's scores
+ * for the chunk are one vector Σ_d q[d]·Kt[d] (broadcast q), the online
+ * softmax runs per row with one horizontal max and sum per chunk, and
+ * O += P·V is a row-wise FMA over d (broadcast p_j against V row j).
+ * Every K/V element is read once per (b, kv head) and used by all R rows.
+ *
+ * Rows: all R = Sq·G rows of kv head hk (row r is query position r / G of
+ * head hk·G + r % G), R ≤ FC_DEC_ROWS_CAP. Work items are (b, kv head,
+ * key split). When B·Hkv is small and the keys many, the visible keys are
+ * cut into nsplit contiguous ranges; each item leaves (m, ℓ, O) partials
+ * and a second loop merges them in split order. nsplit depends only on the
+ * shape, never on the thread count, so results are bit-identical across
+ * OMP_NUM_THREADS.
+ */
+
+#define FC_DEC_ROWS_CAP 64
+#define FC_DEC_SPLIT_KEYS 512 /* fewest keys per split */
+#define FC_DEC_TARGET_ITEMS 16
+#ifndef FC_DEC_PF
+#define FC_DEC_PF 2 /* prefetch distance in chunks */
+#endif
+
+/* Head dims padded to 4 vectors: the PV kernel's register block. */
+static int64_t FN(dec_dpp)(int64_t D) {
+    const int64_t w = 4 * FC_VW;
+    return (D + w - 1) / w * w;
+}
+
+/* Per-thread scratch in floats: q (R, dpp), o (R, dpp), kt (dpp, VW),
+ * kp and vp (VW, dpp), p (R, VW), m, l, alpha (R). */
+static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp) {
+    return (size_t)(2 * R * dpp + 3 * FC_VW * dpp + R * FC_VW + 3 * R + 16);
+}
+
+// q is (nr, ldq) pre-scaled, kt is (dp, VW): s[r] = Σ_{d<dp} q[r][d]·kt[d][:].
+// nr ≤ 4 is a constant after inlining; with 1 or 2 rows d is split over
+// 4 / nr accumulators so that ≥ 4 FMA chains are in flight.
+static inline __attribute__((always_inline)) void FN(dec_qk)(const float *q, int64_t ldq, const int nr,
+                                                            const float *kt, int64_t dp, fc_v *s) {
+    const int T = nr >= 3 ? 1 : 4 / nr; /* dp is a multiple of FC_VW ≥ 8, so of T */
+    fc_v acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; ++r)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) acc[r][t] = FC_VZERO();
+    for (int64_t d = 0; d < dp; d += T) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const fc_v k = FC_VLOAD(kt + (d + t) * FC_VW);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; ++r) acc[r][t] = FC_VFMA(FC_VSET1(q[r * ldq + d + t]), k, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; ++r) {
+        fc_v x = acc[r][0];
+#pragma GCC unroll 4
+        for (int t = 1; t < T; ++t) x = FC_VADD(x, acc[r][t]);
+        s[r] = x;
+    }
+}
+
+// o is (nr, ldo), p is (nr, VW), vt is (nb, ldv): for d < dpp,
+// o[r][d] = alpha[r]·o[r][d] + Σ_{j<nb} p[r][j]·vt[j][d]. 4 vectors of d × nr rows.
+static inline __attribute__((always_inline)) void FN(dec_pv)(float *o, int64_t ldo, const int nr, const float *p,
+                                                            const float *alpha, const float *vt, int64_t ldv,
+                                                            int nb, int64_t dpp) {
+    for (int64_t d = 0; d < dpp; d += 4 * FC_VW) {
+        fc_v acc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; ++r) {
+            const fc_v al = FC_VSET1(alpha[r]);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) acc[r][t] = FC_VMUL(FC_VLOAD(o + r * ldo + d + t * FC_VW), al);
+        }
+        const float *v = vt + d;
+        for (int j = 0; j < nb; ++j, v += ldv) {
+            fc_v vv[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) vv[t] = FC_VLOAD(v + t * FC_VW);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; ++r) {
+                const fc_v pb = FC_VSET1(p[r * FC_VW + j]);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t) acc[r][t] = FC_VFMA(pb, vv[t], acc[r][t]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; ++r)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) FC_VSTORE(o + r * ldo + d + t * FC_VW, acc[r][t]);
+    }
+}
+
+// Rows of (b, hk) over the key-list positions [p0, p1) of ks (the union of
+// the rows' visible keys, in order). Leaves the unnormalised o (R, dpp),
+// running max m (log2 units) and sum l.
+static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keysegs *ks, int64_t p0,
+                         int64_t p1, const int64_t *se, const int64_t *lo, const int64_t *hi, float *ws,
+                         float *o, float *m, float *l) {
+    const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
+    const int64_t dpp = FN(dec_dpp)(D), dp = (D + FC_VW - 1) / FC_VW * FC_VW;
+    float *q = ws;                     /* (R, dpp), columns ≥ D stay 0 */
+    float *kt = q + R * dpp;           /* (dpp, VW) */
+    float *kp = kt + dpp * FC_VW;      /* (VW, dpp), columns ≥ D stay 0 */
+    float *vp = kp + FC_VW * dpp;      /* (VW, dpp), columns ≥ D stay 0 */
+    float *pb = vp + FC_VW * dpp;      /* (R, VW) probabilities of the chunk */
+    float *alpha = pb + R * FC_VW;     /* (R) */
+    const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
+    const float qmul = (float)(a->scale * 1.4426950408889634); /* exp → exp2 */
+
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r / G, h = hk * G + r % G;
+        const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
+        FN(cvt_row)(q + r * dpp, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, qmul);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
+    }
+
+    const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1 && D % FC_VW == 0;
+    const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % (4 * FC_VW) == 0;
+    const int pf = a->sk[3] == 1 && a->sv[3] == 1;
+    int64_t base = 0; /* key-list position of the segment's first key */
+    for (int sg = 0; sg < ks->n; ++sg) {
+        const int64_t len = ks->s1[sg] - ks->s0[sg];
+        const int64_t q0 = p0 > base ? p0 : base, q1 = p1 < base + len ? p1 : base + len;
+        const int64_t ja = ks->s0[sg] + (q0 - base), jb = ks->s0[sg] + (q1 - base);
+        base += len;
+        for (int64_t j0 = ja; j0 < jb; j0 += FC_VW) {
+            const int nb = (int)(jb - j0 < FC_VW ? jb - j0 : FC_VW);
+            const int kind = fc_tile_kind(se, lo, hi, (int)Sq, j0, j0 + nb);
+            if (kind == FC_TILE_EMPTY) continue;
+            const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
+            const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
+            if (pf) { /* FC_DEC_PF chunks ahead: K/V stream from L3 or DRAM */
+                for (int jj = FC_DEC_PF * FC_VW; jj < (FC_DEC_PF + 1) * FC_VW && j0 + jj < jb; ++jj) {
+                    const char *kr = (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz;
+                    const char *vr = (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz;
+                    for (int64_t x = 0; x < D * (int64_t)esz; x += 64) {
+                        __builtin_prefetch(kr + x, 0, 2);
+                        __builtin_prefetch(vr + x, 0, 2);
+                    }
+                }
+            }
+            /* Kt[d][j] = K[j0 + j][d]; fp32 rows with unit d-stride are
+             * transposed in place (any row stride), others converted first. */
+            if (k_inplace && nb == FC_VW) {
+                const float *k = (const float *)a->k + ko0;
+                for (int64_t d = 0; d < D; d += FC_VW) FN(transpose)(k + d, a->sk[1], kt + d * FC_VW, FC_VW);
+            } else {
+                for (int jj = 0; jj < nb; ++jj)
+                    FN(cvt_row)(kp + jj * dpp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
+                                a->sk[3], a->dtype, D, 1.0f);
+                /* rows ≥ nb of kp are stale but finite; their scores are masked */
+                for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(kp + d, dpp, kt + d * FC_VW, FC_VW);
+            }
+            const float *vt = vp;
+            int64_t ldv = dpp;
+            if (v_inplace) {
+                vt = (const float *)a->v + vo0;
+                ldv = a->sv[1];
+            } else {
+                for (int jj = 0; jj < nb; ++jj)
+                    FN(cvt_row)(vp + jj * dpp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
+                                a->sv[3], a->dtype, D, 1.0f);
+            }
+            /* Scores, mask and online softmax, per row (keys on the lanes). */
+            for (int64_t r0 = 0; r0 < R; r0 += 4) {
+                const int nr = (int)(R - r0 < 4 ? R - r0 : 4);
+                fc_v s[4];
+                switch (nr) {
+                case 1: FN(dec_qk)(q + r0 * dpp, dpp, 1, kt, dp, s); break;
+                case 2: FN(dec_qk)(q + r0 * dpp, dpp, 2, kt, dp, s); break;
+                case 3: FN(dec_qk)(q + r0 * dpp, dpp, 3, kt, dp, s); break;
+                default: FN(dec_qk)(q + r0 * dpp, dpp, 4, kt, dp, s); break;
+                }
+                for (int t = 0; t < nr; ++t) {
+                    const int64_t r = r0 + t, i = r / G;
+                    int32_t sel = nb, lol = 0, hil = 0; /* FULL: keys < nb */
+                    if (kind == FC_TILE_PARTIAL) {
+                        int64_t x;
+                        x = se[i] - j0; sel = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                        x = lo[i] - j0; lol = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                        x = hi[i] - j0; hil = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                    }
+                    const fc_v sv = (kind == FC_TILE_FULL && nb == FC_VW) ? s[t]
+                                                                          : FN(dec_mask)(s[t], sel, lol, hil);
+                    const float mx = fmaxf(m[r], FC_VHMAX(sv));
+                    /* A row that has seen nothing keeps −inf; exponentiate
+                     * against 0 then, so that 2^(−inf) = 0, never NaN. */
+                    const float ms = mx == -INFINITY ? 0.0f : mx;
+                    const fc_v e = fc_exp2_ps(FC_VSUB(sv, FC_VSET1(ms)));
+                    FC_VSTORE(pb + r * FC_VW, e);
+                    alpha[r] = exp2f(m[r] - ms);
+                    l[r] = l[r] * alpha[r] + FC_VHSUM(e);
+                    m[r] = mx;
+                }
+            }
+            for (int64_t r0 = 0; r0 < R; r0 += 4) {
+                const int nr = (int)(R - r0 < 4 ? R - r0 : 4);
+                float *orow = o + r0 * dpp;
+                const float *pr = pb + r0 * FC_VW, *al = alpha + r0;
+                switch (nr) {
+                case 1: FN(dec_pv)(orow, dpp, 1, pr, al, vt, ldv, nb, dpp); break;
+                case 2: FN(dec_pv)(orow, dpp, 2, pr, al, vt, ldv, nb, dpp); break;
+                case 3: FN(dec_pv)(orow, dpp, 3, pr, al, vt, ldv, nb, dpp); break;
+                default: FN(dec_pv)(orow, dpp, 4, pr, al, vt, ldv, nb, dpp); break;
+                }
+            }
+        }
+    }
+}
+
+// o (R, dpp), m, l of (b, hk) → the output rows and lse.
+static void FN(dec_finish)(const fc_attn *a, int64_t b, int64_t hk, const float *o, const float *m,
+                           const float *l) {
+    const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, dpp = FN(dec_dpp)(a->D);
+    const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
+    const int has_sink = a->sink_logits != NULL;
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r / G, h = hk * G + r % G;
+        const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
+        double factor, lse;
+        fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
+        const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
+        FN(store_row)((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, o + r * dpp, a->D, (float)factor);
+        if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
+    }
+}
+
+static flashc_status FN(dec_run)(const fc_attn *a) {
+    const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
+    const int64_t dpp = FN(dec_dpp)(a->D), nouter = a->B * a->Hkv;
+    int64_t se[FC_DEC_ROWS_CAP], lo[FC_DEC_ROWS_CAP], hi[FC_DEC_ROWS_CAP];
+    for (int64_t i = 0; i < Sq; ++i) fc_visible_range(a, i, &se[i], &lo[i], &hi[i]);
+    fc_keysegs ks;
+    fc_block_keysegs(a, 0, Sq - 1, &ks);
+    int64_t nkeys = 0;
+    for (int sg = 0; sg < ks.n; ++sg) nkeys += ks.s1[sg] - ks.s0[sg];
+
+    /* Split the keys when (b, kv head) pairs alone would leave cores idle:
+     * a function of the shape only (determinism), ≥ FC_DEC_SPLIT_KEYS each. */
+    int64_t ns = 1;
+    if (nouter < FC_DEC_TARGET_ITEMS) {
+        ns = (FC_DEC_TARGET_ITEMS + nouter - 1) / nouter;
+        if (ns > nkeys / FC_DEC_SPLIT_KEYS) ns = nkeys / FC_DEC_SPLIT_KEYS;
+        if (ns < 1) ns = 1;
+    }
+    const int64_t nitems = nouter * ns, per_part = R * dpp + 2 * R;
+    float *part = NULL;
+    if (ns > 1) {
+        part = (float *)malloc((size_t)(nitems * per_part) * sizeof(float));
+        if (!part) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: %zu bytes of split partials",
+                                       (size_t)(nitems * per_part) * sizeof(float));
+    }
+    int nt = omp_get_max_threads();
+    if ((int64_t)nt > nitems) nt = (int)nitems;
+    const size_t per = (FN(dec_scratch_floats)(R, dpp) + per_part + 15) & ~(size_t)15;
+    float *scratch = (float *)aligned_alloc(64, (size_t)nt * per * sizeof(float));
+    if (!scratch) {
+        free(part);
+        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: %zu bytes of scratch",
+                            (size_t)nt * per * sizeof(float));
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        float *ws = scratch + (size_t)omp_get_thread_num() * per;
+        memset(ws, 0, per * sizeof(float)); /* padding columns stay 0, stale rows finite */
+        float *own = ws + FN(dec_scratch_floats)(R, dpp); /* (R, dpp) o, then m, l */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < nitems; ++t) {
+            const int64_t u = t / ns, s = t % ns;
+            /* split s: key-list positions [s·N/ns, (s+1)·N/ns), cut at chunk multiples */
+            const int64_t p0 = (nkeys * s / ns) / FC_VW * FC_VW;
+            const int64_t p1 = s + 1 == ns ? nkeys : (nkeys * (s + 1) / ns) / FC_VW * FC_VW;
+            float *o = ns > 1 ? part + t * per_part : own;
+            FN(dec_item)(a, u / a->Hkv, u % a->Hkv, &ks, p0, p1, se, lo, hi, ws, o, o + R * dpp,
+                         o + R * dpp + R);
+            if (ns == 1) FN(dec_finish)(a, u / a->Hkv, u % a->Hkv, o, o + R * dpp, o + R * dpp + R);
+        }
+        if (ns > 1) {
+            /* Merge the splits of (b, kv head) u in split order: M = max m_s,
+             * O = Σ_s 2^(m_s − M)·O_s, ℓ = Σ_s 2^(m_s − M)·ℓ_s. */
+#pragma omp for schedule(static)
+            for (int64_t u = 0; u < nouter; ++u) {
+                float *o = own, *m = own + R * dpp, *l = m + R;
+                for (int64_t r = 0; r < R; ++r) {
+                    float mx = -INFINITY;
+                    for (int64_t s = 0; s < ns; ++s) mx = fmaxf(mx, part[(u * ns + s) * per_part + R * dpp + r]);
+                    const float ms = mx == -INFINITY ? 0.0f : mx;
+                    float lsum = 0.0f;
+                    for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
+                    for (int64_t s = 0; s < ns; ++s) {
+                        const float *ps = part + (u * ns + s) * per_part;
+                        const float w = exp2f(ps[R * dpp + r] - ms);
+                        lsum += w * ps[R * dpp + R + r];
+                        for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] += w * ps[r * dpp + d];
+                    }
+                    m[r] = mx;
+                    l[r] = lsum;
+                }
+                FN(dec_finish)(a, u / a->Hkv, u % a->Hkv, o, m, l);
+            }
+        }
+    }
+    free(scratch);
+    free(part);
+    return FLASHC_OK;
+}
