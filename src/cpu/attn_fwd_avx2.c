@@ -273,6 +273,7 @@ static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
     return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(vis));
 }
 
+#define FC_DEC_PV_ROWS 2
 #include "attn_fwd_decode_body.h"
 
 /* Rows per (b, kv head) up to which the decode path is faster (measured,

@@ -271,11 +271,12 @@ static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
     return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis, s);
 }
 
+#define FC_DEC_PV_ROWS 4
 #include "attn_fwd_decode_body.h"
 
 /* Rows per (b, kv head) up to which the decode path is faster (measured,
  * benchmarks/NOTES.md "CPU decode"). */
-#define FC_DEC_ROWS_DEFAULT 16
+#define FC_DEC_ROWS_DEFAULT 32
 
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) {
     if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);

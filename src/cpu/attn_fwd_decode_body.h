@@ -4,7 +4,9 @@
  * and AVX-512 files. Included after attn_fwd_body.h (it reuses FN(cvt_row),
  * FN(store_row), FN(transpose) and fc_exp2_ps) with, per ISA:
  *   fc_v, FC_VLOAD, FC_VSTORE, FC_VSET1, FC_VFMA, FC_VMUL, FC_VADD, FC_VSUB, FC_VZERO,
- *   FC_VHMAX, FC_VHSUM (horizontal max / sum, a fixed order), FN(dec_mask).
+ *   FC_VHMAX, FC_VHSUM (horizontal max / sum, a fixed order), FN(dec_mask),
+ *   FC_DEC_PV_ROWS (rows per PV register block, ≤ 4: its 4·rows accumulators
+ *   plus 4 V vectors must fit the register file).
  *
  * Why another path: attn_fwd_body.h puts query rows on the lanes, so a
  * decode step fills G of the FC_RG lanes of a register block (1 of 32 for
@@ -208,8 +210,8 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                     m[r] = mx;
                 }
             }
-            for (int64_t r0 = 0; r0 < R; r0 += 4) {
-                const int nr = (int)(R - r0 < 4 ? R - r0 : 4);
+            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_PV_ROWS) {
+                const int nr = (int)(R - r0 < FC_DEC_PV_ROWS ? R - r0 : FC_DEC_PV_ROWS);
                 float *orow = o + r0 * dpp;
                 const float *pr = pb + r0 * FC_VW, *al = alpha + r0;
                 switch (nr) {
