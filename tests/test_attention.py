@@ -390,7 +390,8 @@ def test_attention_backward_out(backend, rng):
 
 # ===================================================== CPU decode path (Sq small)
 # The SIMD CPU forward takes a keys-on-lanes path when a (b, kv head) has at
-# most FLASHC_CPU_DECODE_ROWS query rows Sq·G (default 16), and splits long
+# most FLASHC_CPU_DECODE_ROWS query rows Sq·G (default 16 on AVX-512, 8 on
+# AVX2; the scalar and F64 paths ignore it), and splits long
 # key ranges across threads (split-K partials merged in a fixed order). These
 # cases are all small-Sq shapes; every mask / dtype / layout meets each
 # (Sq, Sk, heads) by rotation. Sk = 4097 with few (b, kv head) pairs takes
@@ -426,7 +427,9 @@ def _decode_cases():
 
 
 @pytest.mark.parametrize("Sq,Sk,heads,D,mask,dtype,layout", _decode_cases())
-def test_decode_sweep(backend, rng, Sq, Sk, heads, D, mask, dtype, layout):
+def test_decode_sweep(backend, rng, monkeypatch, Sq, Sk, heads, D, mask, dtype, layout):
+    # Forced onto the decode path whatever the ISA's default threshold.
+    monkeypatch.setenv("FLASHC_CPU_DECODE_ROWS", "64")
     Hq, Hkv = heads
     check_attention(backend, rng, 2 if Sk < 4097 else 1, Sq, Sk, Hq, Hkv, D, dtype,
                     layout=layout, **mask)
@@ -451,3 +454,53 @@ def test_decode_split_deterministic(backend, rng):
     o1, l1 = flashc.attention(q, k, v, sinks=sinks, return_lse=True, backend=backend)
     o2, l2 = flashc.attention(q, k, v, sinks=sinks, return_lse=True, backend=backend)
     assert o1.tobytes() == o2.tobytes() and l1.tobytes() == l2.tobytes()
+
+
+_DEC_DET_SCRIPT = """
+import hashlib
+import numpy as np
+import flashc
+rng = np.random.default_rng(3)
+h = hashlib.sha256()
+for B, Sq, Sk, Hq, Hkv, D, dt in ((1, 1, 9000, 8, 1, 128, np.float32),
+                                  (1, 3, 5000, 8, 2, 64, np.float32),
+                                  (2, 1, 4097, 4, 4, 40, np.float16)):
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(dt)
+    k = rng.standard_normal((B, Sk, Hkv, D)).astype(dt)
+    v = rng.standard_normal((B, Sk, Hkv, D)).astype(dt)
+    s = rng.standard_normal(Hq).astype(np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, window=(3000, 0), sink_tokens=4, sinks=s,
+                              backend="cpu")
+    h.update(o.tobytes())
+    h.update(lse.tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_decode_split_deterministic_across_thread_counts():
+    # The split count is a function of the shape, never of the threads.
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    digests = []
+    for threads in (1, 2, 3):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(here), "python"),
+                                             env.get("PYTHONPATH", "")])
+        r = subprocess.run([sys.executable, "-c", _DEC_DET_SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        digests.append(r.stdout.strip())
+    assert digests[0] == digests[1] == digests[2]
+
+
+@pytest.mark.parametrize("D", [1, 8, 40, 59, 64, 80, 128, 200, 256])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_head_dims(backend, rng, monkeypatch, D, dtype):
+    # Every head dim on the decode path: in-place fp32 K/V (D a multiple of
+    # the vector width / of 4 vectors) and converted, zero-padded rows.
+    monkeypatch.setenv("FLASHC_CPU_DECODE_ROWS", "64")
+    check_attention(backend, rng, 2, 2, 613, 4, 2, D, dtype, causal=D % 2 == 0)
+    check_attention(backend, rng, 1, 1, 1500, 3, 1, D, dtype, window=(700, 0), sink_tokens=2,
+                    use_sinks=True)

@@ -8,6 +8,9 @@
  * matrix is never built. What is shared between the paths lives here: the
  * union of the rows' visible key ranges, tile classification, the work list
  * (heaviest first), and the per-row finish (O / ℓ, lse, sink logit).
+ *
+ * Few query rows (decode) take another SIMD path, attn_fwd_decode_body.h:
+ * keys on the lanes, work split over (b, kv head, key range); see there.
  */
 #ifndef FLASHC_CPU_ATTN_FWD_H
 #define FLASHC_CPU_ATTN_FWD_H

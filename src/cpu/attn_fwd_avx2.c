@@ -273,12 +273,25 @@ static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
     return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(vis));
 }
 
-#define FC_DEC_PV_ROWS 2
+#define FC_DEC_ROWBLK 2
+/* Σ of 8 vectors: out lane j = Σ of slot 2·(j % 4) + j / 4 (a fixed tree:
+ * 128-bit halves, then pairs and singles within lanes). */
+#define FC_DEC_SLOT(j) (2 * ((j) % 4) + (j) / 4)
+static inline fc_v FN(dec_hreduce)(const fc_v *a) {
+    fc_v v[4], z[2];
+    for (int i = 0; i < 4; ++i)
+        v[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; ++i)
+        z[i] = _mm256_add_ps(_mm256_shuffle_ps(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm256_shuffle_ps(v[2 * i], v[2 * i + 1], 0xEE));
+    return _mm256_add_ps(_mm256_shuffle_ps(z[0], z[1], 0x88), _mm256_shuffle_ps(z[0], z[1], 0xDD));
+}
 #include "attn_fwd_decode_body.h"
 
 /* Rows per (b, kv head) up to which the decode path is faster (measured,
  * benchmarks/NOTES.md "CPU decode"). */
-#define FC_DEC_ROWS_DEFAULT 16
+#define FC_DEC_ROWS_DEFAULT 8
 
 flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a) {
     if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);

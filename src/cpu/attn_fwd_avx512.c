@@ -271,12 +271,28 @@ static inline fc_v FN(dec_mask)(fc_v s, int32_t sel, int32_t lol, int32_t hil) {
     return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis, s);
 }
 
-#define FC_DEC_PV_ROWS 4
+#define FC_DEC_ROWBLK 4
+/* Σ of 16 vectors: out lane j = Σ of slot 4·(j % 4) + j / 4 (a fixed tree:
+ * 256-bit halves, 128-bit lanes, then pairs and singles within lanes). */
+#define FC_DEC_SLOT(j) (4 * ((j) % 4) + (j) / 4)
+static inline fc_v FN(dec_hreduce)(const fc_v *a) {
+    fc_v v[8], w[4], z[2];
+    for (int i = 0; i < 8; ++i)
+        v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i)
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; ++i)
+        z[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+}
 #include "attn_fwd_decode_body.h"
 
 /* Rows per (b, kv head) up to which the decode path is faster (measured,
  * benchmarks/NOTES.md "CPU decode"). */
-#define FC_DEC_ROWS_DEFAULT 32
+#define FC_DEC_ROWS_DEFAULT 16
 
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) {
     if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);

@@ -2,17 +2,22 @@
  * attn_fwd_decode_body.h — the SIMD forward for few query rows (decode:
  * Sq = 1, or a short speculative / chunked step), written once for the AVX2
  * and AVX-512 files. Included after attn_fwd_body.h (it reuses FN(cvt_row),
- * FN(store_row), FN(transpose) and fc_exp2_ps) with, per ISA:
- *   fc_v, FC_VLOAD, FC_VSTORE, FC_VSET1, FC_VFMA, FC_VMUL, FC_VADD, FC_VSUB, FC_VZERO,
+ * FN(store_row) and fc_exp2_ps) with, per ISA:
+ *   fc_v, FC_VLOAD, FC_VSTORE, FC_VSET1, FC_VFMA, FC_VMUL, FC_VADD, FC_VSUB,
+ *   FC_VZERO,
  *   FC_VHMAX, FC_VHSUM (horizontal max / sum, a fixed order), FN(dec_mask),
- *   FC_DEC_PV_ROWS (rows per PV register block, ≤ 4: its 4·rows accumulators
- *   plus 4 V vectors must fit the register file).
+ *   FC_DEC_SLOT(j) and FN(dec_hreduce) (VW partial-sum vectors → one vector
+ *   of their sums; key j's vector goes in slot FC_DEC_SLOT(j)),
+ *   FC_DEC_ROWBLK (rows per register block, ≤ 4: 4·rows accumulators plus
+ *   4 K or V vectors must fit the register file).
  *
  * Why another path: attn_fwd_body.h puts query rows on the lanes, so a
  * decode step fills G of the FC_RG lanes of a register block (1 of 32 for
- * MHA). Here KEYS are on the lanes: a chunk of FC_VW keys is transposed to
- * Kt (dp, VW) with the 16×16 (8×8) register transpose, each row's scores
- * for the chunk are one vector Σ_d q[d]·Kt[d] (broadcast q), the online
+ * MHA). Here KEYS are on the lanes: for a chunk of FC_VW keys each row
+ * forms per key a vector of partial dot products over d (q and K rows as
+ * they are in memory), and one shuffle tree reduces the VW vectors into the
+ * vector of the chunk's VW scores (30 shuffles per row and chunk, against
+ * 64 per 16×16 transpose × D/16 for a transposed K tile), the online
  * softmax runs per row with one horizontal max and sum per chunk, and
  * O += P·V is a row-wise FMA over d (broadcast p_j against V row j).
  * Every K/V element is read once per (b, kv head) and used by all R rows.
@@ -29,8 +34,8 @@
 #define FC_DEC_ROWS_CAP 64
 #define FC_DEC_SPLIT_KEYS 512 /* fewest keys per split */
 #define FC_DEC_TARGET_ITEMS 16
-#ifndef FC_DEC_PF
-#define FC_DEC_PF 2 /* prefetch distance in chunks */
+#ifndef FC_DEC_PFK
+#define FC_DEC_PFK 32 /* prefetch distance in keys */
 #endif
 
 /* Head dims padded to 4 vectors: the PV kernel's register block. */
@@ -39,38 +44,45 @@ static int64_t FN(dec_dpp)(int64_t D) {
     return (D + w - 1) / w * w;
 }
 
-/* Per-thread scratch in floats: q (R, dpp), o (R, dpp), kt (dpp, VW),
- * kp and vp (VW, dpp), p (R, VW), m, l, alpha (R). */
+/* Per-thread scratch in floats: q (R, dpp), kp and vp (VW, dpp),
+ * p (R, VW), alpha (R) (+ slack). */
 static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp) {
-    return (size_t)(2 * R * dpp + 3 * FC_VW * dpp + R * FC_VW + 3 * R + 16);
+    return (size_t)(R * dpp + 2 * FC_VW * dpp + R * FC_VW + R + 16);
 }
 
-// q is (nr, ldq) pre-scaled, kt is (dp, VW): s[r] = Σ_{d<dp} q[r][d]·kt[d][:].
-// nr ≤ 4 is a constant after inlining; with 1 or 2 rows d is split over
-// 4 / nr accumulators so that ≥ 4 FMA chains are in flight.
+// q is (nr, ldq) pre-scaled, kr[j] (j < VW) points at key j's fp32 row
+// (dp floats; columns ≥ D are 0 in q): s[r][j] = Σ_{d<dp} q[r][d]·kr[j][d].
+// 4 keys × nr rows of vector partial sums over d (≥ 4 FMA chains), then per
+// row one horizontal reduction of the VW partial-sum vectors, in a fixed
+// shuffle tree, into the vector of the VW scores. buf is (4, VW) vectors.
 static inline __attribute__((always_inline)) void FN(dec_qk)(const float *q, int64_t ldq, const int nr,
-                                                            const float *kt, int64_t dp, fc_v *s) {
-    const int T = nr >= 3 ? 1 : 4 / nr; /* dp is a multiple of FC_VW ≥ 8, so of T */
-    fc_v acc[4][4];
+                                                            const float *const *kr, int64_t dp, fc_v *s,
+                                                            fc_v *buf) {
+    for (int j = 0; j < FC_VW; j += 4) {
+        const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
+        fc_v acc[4][4];
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; ++r)
+        for (int r = 0; r < nr; ++r)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) acc[r][t] = FC_VZERO();
-    for (int64_t d = 0; d < dp; d += T) {
+            for (int t = 0; t < 4; ++t) acc[r][t] = FC_VZERO();
+        for (int64_t d = 0; d < dp; d += FC_VW) {
+            const fc_v x0 = FC_VLOAD(k0 + d), x1 = FC_VLOAD(k1 + d), x2 = FC_VLOAD(k2 + d), x3 = FC_VLOAD(k3 + d);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const fc_v k = FC_VLOAD(kt + (d + t) * FC_VW);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; ++r) acc[r][t] = FC_VFMA(FC_VSET1(q[r * ldq + d + t]), k, acc[r][t]);
+            for (int r = 0; r < nr; ++r) {
+                const fc_v qv = FC_VLOAD(q + r * ldq + d);
+                acc[r][0] = FC_VFMA(qv, x0, acc[r][0]);
+                acc[r][1] = FC_VFMA(qv, x1, acc[r][1]);
+                acc[r][2] = FC_VFMA(qv, x2, acc[r][2]);
+                acc[r][3] = FC_VFMA(qv, x3, acc[r][3]);
+            }
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; ++r)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) buf[r * FC_VW + FC_DEC_SLOT(j + t)] = acc[r][t];
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; ++r) {
-        fc_v x = acc[r][0];
-#pragma GCC unroll 4
-        for (int t = 1; t < T; ++t) x = FC_VADD(x, acc[r][t]);
-        s[r] = x;
-    }
+    for (int r = 0; r < nr; ++r) s[r] = FN(dec_hreduce)(buf + r * FC_VW);
 }
 
 // o is (nr, ldo), p is (nr, VW), vt is (nb, ldv): for d < dpp,
@@ -114,8 +126,7 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
     const int64_t dpp = FN(dec_dpp)(D), dp = (D + FC_VW - 1) / FC_VW * FC_VW;
     float *q = ws;                     /* (R, dpp), columns ≥ D stay 0 */
-    float *kt = q + R * dpp;           /* (dpp, VW) */
-    float *kp = kt + dpp * FC_VW;      /* (VW, dpp), columns ≥ D stay 0 */
+    float *kp = q + R * dpp;           /* (VW, dpp), columns ≥ D stay 0 */
     float *vp = kp + FC_VW * dpp;      /* (VW, dpp), columns ≥ D stay 0 */
     float *pb = vp + FC_VW * dpp;      /* (R, VW) probabilities of the chunk */
     float *alpha = pb + R * FC_VW;     /* (R) */
@@ -132,6 +143,7 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
     }
 
     const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1 && D % FC_VW == 0;
+    fc_v hbuf[4 * FC_VW];              /* partial sums of the QK kernel */
     const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % (4 * FC_VW) == 0;
     const int pf = a->sk[3] == 1 && a->sv[3] == 1;
     int64_t base = 0; /* key-list position of the segment's first key */
@@ -146,8 +158,8 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
             if (kind == FC_TILE_EMPTY) continue;
             const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
             const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
-            if (pf) { /* FC_DEC_PF chunks ahead: K/V stream from L3 or DRAM */
-                for (int jj = FC_DEC_PF * FC_VW; jj < (FC_DEC_PF + 1) * FC_VW && j0 + jj < jb; ++jj) {
+            if (pf) { /* FC_DEC_PFK keys ahead: K/V stream from L3 or DRAM */
+                for (int jj = FC_DEC_PFK; jj < FC_DEC_PFK + FC_VW && j0 + jj < jb; ++jj) {
                     const char *kr = (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz;
                     const char *vr = (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz;
                     for (int64_t x = 0; x < D * (int64_t)esz; x += 64) {
@@ -156,17 +168,18 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                     }
                 }
             }
-            /* Kt[d][j] = K[j0 + j][d]; fp32 rows with unit d-stride are
-             * transposed in place (any row stride), others converted first. */
-            if (k_inplace && nb == FC_VW) {
+            /* Key rows as fp32: in place when fp32 with unit d-stride (any
+             * row stride), else converted into kp. Lanes ≥ nb repeat key
+             * nb − 1 (their scores are masked). */
+            const float *kr[FC_VW];
+            if (k_inplace) {
                 const float *k = (const float *)a->k + ko0;
-                for (int64_t d = 0; d < D; d += FC_VW) FN(transpose)(k + d, a->sk[1], kt + d * FC_VW, FC_VW);
+                for (int jj = 0; jj < FC_VW; ++jj) kr[jj] = k + (jj < nb ? jj : nb - 1) * a->sk[1];
             } else {
                 for (int jj = 0; jj < nb; ++jj)
                     FN(cvt_row)(kp + jj * dpp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
                                 a->sk[3], a->dtype, D, 1.0f);
-                /* rows ≥ nb of kp are stale but finite; their scores are masked */
-                for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(kp + d, dpp, kt + d * FC_VW, FC_VW);
+                for (int jj = 0; jj < FC_VW; ++jj) kr[jj] = kp + (jj < nb ? jj : nb - 1) * dpp;
             }
             const float *vt = vp;
             int64_t ldv = dpp;
@@ -179,14 +192,14 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                                 a->sv[3], a->dtype, D, 1.0f);
             }
             /* Scores, mask and online softmax, per row (keys on the lanes). */
-            for (int64_t r0 = 0; r0 < R; r0 += 4) {
-                const int nr = (int)(R - r0 < 4 ? R - r0 : 4);
+            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
+                const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
                 fc_v s[4];
                 switch (nr) {
-                case 1: FN(dec_qk)(q + r0 * dpp, dpp, 1, kt, dp, s); break;
-                case 2: FN(dec_qk)(q + r0 * dpp, dpp, 2, kt, dp, s); break;
-                case 3: FN(dec_qk)(q + r0 * dpp, dpp, 3, kt, dp, s); break;
-                default: FN(dec_qk)(q + r0 * dpp, dpp, 4, kt, dp, s); break;
+                case 1: FN(dec_qk)(q + r0 * dpp, dpp, 1, kr, dp, s, hbuf); break;
+                case 2: FN(dec_qk)(q + r0 * dpp, dpp, 2, kr, dp, s, hbuf); break;
+                case 3: FN(dec_qk)(q + r0 * dpp, dpp, 3, kr, dp, s, hbuf); break;
+                default: FN(dec_qk)(q + r0 * dpp, dpp, 4, kr, dp, s, hbuf); break;
                 }
                 for (int t = 0; t < nr; ++t) {
                     const int64_t r = r0 + t, i = r / G;
@@ -210,8 +223,8 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                     m[r] = mx;
                 }
             }
-            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_PV_ROWS) {
-                const int nr = (int)(R - r0 < FC_DEC_PV_ROWS ? R - r0 : FC_DEC_PV_ROWS);
+            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
+                const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
                 float *orow = o + r0 * dpp;
                 const float *pr = pb + r0 * FC_VW, *al = alpha + r0;
                 switch (nr) {
