@@ -73,7 +73,12 @@
  * Precision: F32, F16 and BF16 inputs are computed with fp32 arithmetic
  * (the CUDA backend rounds P to the input type before P·V for F16/BF16, as
  * FlashAttention does; F32 never uses TF32) and the output is rounded to the
- * input dtype. F64 inputs are computed in F64 (the reference precision).
+ * input dtype. On CPUs with AVX512-BF16 (flashc_cpu_features()), the CPU
+ * forward of BF16 inputs uses bf16 products with fp32 accumulation: S = Q·Kᵀ
+ * from the inputs as given (the products are exact), the softmax in fp32,
+ * and P rounded to bf16 before P·V, as on CUDA; decode-sized calls (few
+ * query rows per K/V head) keep the fp32 path. F64 inputs are computed in
+ * F64 (the reference precision).
  *
  * Backward (flashc_attn_bwd) recomputes the scores from q, k and lse:
  *   P_ij = exp(x_ij − L_i) (0 when not visible), Δ_i = Σ_d dO_id · O_id,
@@ -190,6 +195,15 @@ FLASHC_API int flashc_backend_available(int backend);
  * cpuid + XGETBV; FLASHC_CPU_ISA=scalar|avx2|avx512 in the environment forces
  * one (a path the CPU cannot run falls back to the best it can). */
 FLASHC_API const char *flashc_cpu_isa(void);
+
+/* Optional instruction-set extensions the CPU paths use on top of
+ * flashc_cpu_isa(), space separated ("" when none). Today one:
+ *   "avx512_bf16"  cpuid AVX512_BF16 with the avx512 path: the BF16 forward
+ *                  uses vdpbf16ps (bf16 products, fp32 accumulation; see
+ *                  Precision). FLASHC_CPU_BF16=0 in the environment turns it
+ *                  off (BF16 then runs the fp32-conversion path); unlike
+ *                  FLASHC_CPU_ISA it is read at every call. */
+FLASHC_API const char *flashc_cpu_features(void);
 
 /* ------------------------------------------------------------------- tensor */
 #define FLASHC_MAX_DIMS 8

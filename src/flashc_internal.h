@@ -112,6 +112,9 @@ flashc_status fc_cpu_weighted_sum_bwd(const fc_wsum *p);
  * honouring FLASHC_CPU_ISA. */
 enum { FC_ISA_SCALAR = 0, FC_ISA_AVX2 = 1, FC_ISA_AVX512 = 2 };
 int fc_cpu_isa_level(void);
+/* 1 when the AVX-512 level is in use and the CPU has AVX512_BF16
+ * (vdpbf16ps), unless FLASHC_CPU_BF16=0 (read at every call). */
+int fc_cpu_has_avx512bf16(void);
 
 /* fp16/bf16 <-> f32 conversion, exact (round-to-nearest-even on the way down). */
 static inline float fc_bf16_to_f32(uint16_t h) {

@@ -25,6 +25,7 @@ from reference import (
     lse_dtype,
     max_abs_err,
     np_dtype,
+    tolerance,
     visible_mask,
 )
 
@@ -504,3 +505,62 @@ def test_decode_head_dims(backend, rng, monkeypatch, D, dtype):
     check_attention(backend, rng, 2, 2, 613, 4, 2, D, dtype, causal=D % 2 == 0)
     check_attention(backend, rng, 1, 1, 1500, 3, 1, D, dtype, window=(700, 0), sink_tokens=2,
                     use_sinks=True)
+
+
+# ------------------------------------------- CPU BF16 fast path (AVX512-BF16)
+# On a CPU with AVX512_BF16 the BF16 forward runs on vdpbf16ps: bf16
+# products with fp32 accumulation, the softmax in fp32, P rounded to bf16
+# before P·V (flashc.h, Precision). FLASHC_CPU_BF16=0 (read at every call)
+# forces the fp32-conversion path. Each case runs both on identical inputs:
+# each must meet the float64 reference within the usual bound, and they must
+# differ (else the fast path was not taken) by no more than that bound.
+
+def _bf16_fast_available():
+    return flashc.cpu_isa() == "avx512" and "avx512_bf16" in flashc.cpu_features()
+
+
+# (B, Sq, Sk, Hq, Hkv, D), mask, layout
+_BF16_CASES = [
+    ((1, 200, 300, 4, 2, 40), dict(causal=True), "contig"),
+    ((2, 130, 130, 2, 2, 64), dict(), "bhsd"),
+    ((1, 257, 257, 4, 1, 128), dict(causal=True, window=(100, 0), sink_tokens=3), "contig"),
+    ((1, 100, 333, 2, 1, 256), dict(use_sinks=True), "sliced"),
+    ((1, 129, 129, 3, 3, 33), dict(causal=True), "negative"),
+    ((1, 64, 200, 8, 8, 1), dict(window=(20, 20)), "contig"),
+    ((1, 77, 1000, 6, 2, 96), dict(causal=True, window=(64, 0), sink_tokens=4, use_sinks=True),
+     "contig"),
+    ((2, 300, 100, 4, 2, 64), dict(causal=True), "contig"),   # rows with no visible key
+    ((1, 1, 999, 8, 2, 128), dict(causal=True), "contig"),    # decode, forced onto the path
+    ((1, 3, 2000, 16, 1, 80), dict(window=(500, 0)), "bhsd"),  # decode-sized MQA, forced
+]
+
+
+@pytest.mark.parametrize("shape,mask,layout", [
+    pytest.param(s, m, l, id="%s-%s-%s" % ("_".join(map(str, s)), _mask_id(m), l))
+    for s, m, l in _BF16_CASES])
+def test_cpu_bf16_fast_path(rng, monkeypatch, shape, mask, layout):
+    monkeypatch.delenv("FLASHC_CPU_BF16", raising=False)
+    if not _bf16_fast_available():
+        pytest.skip("no AVX512-BF16 path here (isa %s, features %s)"
+                    % (flashc.cpu_isa(), flashc.cpu_features()))
+    # Decode-sized problems take the fp32 decode path by default; 0 sends
+    # them through the row-block path, where the BF16 kernels are.
+    monkeypatch.setenv("FLASHC_CPU_DECODE_ROWS", "0")
+    seed = int(rng.integers(2 ** 31))
+    fast, fast_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
+                                     layout=layout, **mask)
+    monkeypatch.setenv("FLASHC_CPU_BF16", "0")
+    assert flashc.cpu_features() == []
+    slow, slow_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
+                                     layout=layout, **mask)
+    assert not np.array_equal(fast, slow), "the BF16 fast path gave the fp32 path's bytes"
+    q, k, v, sinks = make_inputs(np.random.default_rng(seed), *shape, "bfloat16",
+                                 mask.get("use_sinks", False))
+    kw = {key: val for key, val in mask.items() if key != "use_sinks"}
+    ro, rl = attention_reference(q, k, v, sinks=sinks, **kw)
+    no, nl = attention_naive(q, k, v, "bfloat16", sinks=sinks, **kw)
+    for what, a, b, ref, naive, dt in (("o", fast, slow, ro, no, "bfloat16"),
+                                       ("lse", fast_lse, slow_lse, rl, nl, "float32")):
+        tol = tolerance(ref, naive, dt)
+        err = max_abs_err(a, b)
+        assert err <= tol, "%s: fast vs fp32 path differ by %.3g > %.3g" % (what, err, tol)

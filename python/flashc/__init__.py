@@ -23,6 +23,7 @@ from ._core import (
     backend_available,
     backends,
     cpu_isa,
+    cpu_features,
     weighted_sum,
     weighted_sum_backward,
 )
@@ -34,5 +35,5 @@ library_path = _lib.library_path
 
 __all__ = [
     "FlashcError", "attention", "attention_backward", "attention_flops", "backend_available",
-    "backends", "cpu_isa", "weighted_sum", "weighted_sum_backward", "cuda", "__version__",
+    "backends", "cpu_isa", "cpu_features", "weighted_sum", "weighted_sum_backward", "cuda", "__version__",
 ]

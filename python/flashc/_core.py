@@ -25,7 +25,7 @@ from . import _lib
 
 __all__ = [
     "FlashcError", "attention", "attention_backward", "weighted_sum",
-    "weighted_sum_backward", "backends", "backend_available", "cpu_isa",
+    "weighted_sum_backward", "backends", "backend_available", "cpu_isa", "cpu_features",
     "version",
 ]
 
@@ -126,6 +126,13 @@ def backends():
 def cpu_isa():
     """The CPU SIMD path in use: 'scalar', 'avx2' or 'avx512'."""
     return _lib.flashc_cpu_isa().decode()
+
+
+def cpu_features():
+    """Optional extensions the CPU paths use on top of cpu_isa(), e.g.
+    ['avx512_bf16'] (the BF16 forward on vdpbf16ps); FLASHC_CPU_BF16=0 turns
+    it off, read at every call."""
+    return _lib.flashc_cpu_features().decode().split()
 
 
 def version():

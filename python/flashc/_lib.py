@@ -195,6 +195,9 @@ flashc_backend_available = _bind("flashc_backend_available", ctypes.c_int, [ctyp
 # const char *flashc_cpu_isa(void);
 flashc_cpu_isa = _bind("flashc_cpu_isa", ctypes.c_char_p, [])
 
+# const char *flashc_cpu_features(void);
+flashc_cpu_features = _bind("flashc_cpu_features", ctypes.c_char_p, [])
+
 # ------------------------------------------------------------------ params
 
 # flashc_attn_params flashc_attn_params_default(void);

@@ -25,6 +25,7 @@ flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a);
 flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a); /* F64: every ISA */
 flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);   /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a); /* F32, F16, BF16 */
+flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);  /* BF16 on vdpbf16ps */
 
 /* The keys some row of a block may see, as at most two disjoint sorted
  * half-open segments [s0[k], s1[k]), k < n. Because lo, hi and sink_end are

@@ -1,6 +1,9 @@
 /* Run-time choice of the CPU SIMD path: cpuid for the instruction sets,
  * XGETBV for the OS saving the wider registers. Chosen once; the environment
- * variable FLASHC_CPU_ISA=scalar|avx2|avx512 caps it (for tests/benchmarks). */
+ * variable FLASHC_CPU_ISA=scalar|avx2|avx512 caps it (for tests/benchmarks).
+ * Optional extensions of a level (AVX512_BF16) are detected once too, but
+ * their switch, FLASHC_CPU_BF16=0, is read at every call so that one test
+ * process can compare both paths. */
 #include "flashc_internal.h"
 
 #include <stdlib.h>
@@ -34,6 +37,19 @@ static int detect_isa(void) {
 #endif
 }
 
+/* CPUID.(EAX=7, ECX=1):EAX bit 5: vdpbf16ps / vcvtne2ps2bf16. Only asked
+ * once the AVX-512 level (and the OS's ZMM state) is known to be there. */
+static int detect_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+#else
+    return 0;
+#endif
+}
+
 static int choose_isa(void) {
     int best = detect_isa();
     const char *env = getenv("FLASHC_CPU_ISA");
@@ -56,6 +72,22 @@ int fc_cpu_isa_level(void) {
         level = l;
     }
     return l;
+}
+
+int fc_cpu_has_avx512bf16(void) {
+    static volatile int has = -1; /* benign race, as above */
+    int h = has;
+    if (h < 0) {
+        h = fc_cpu_isa_level() == FC_ISA_AVX512 && detect_bf16();
+        has = h;
+    }
+    if (!h) return 0;
+    const char *env = getenv("FLASHC_CPU_BF16");
+    return !(env && env[0] == '0' && env[1] == '\0');
+}
+
+FLASHC_API const char *flashc_cpu_features(void) {
+    return fc_cpu_has_avx512bf16() ? "avx512_bf16" : "";
 }
 
 FLASHC_API const char *flashc_cpu_isa(void) {

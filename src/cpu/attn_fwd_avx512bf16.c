@@ -1,0 +1,389 @@
+/* AVX512-BF16 attention forward for BF16 inputs: S = Q·Kᵀ and O += P·V on
+ * vdpbf16ps (per fp32 lane, two bf16 products added to the accumulator;
+ * bf16 × bf16 is exact in fp32), the online softmax in fp32 as in
+ * attn_fwd_body.h, P rounded to bf16 (nearest-even) before P·V as
+ * FlashAttention and the CUDA backend do. Built with the AVX-512 flags plus
+ * -mavx512bf16; taken by fc_attn_fwd_avx512_f32 for BF16 when cpuid reports
+ * AVX512_BF16 (src/cpu/isa.c) and the call is not decode-sized.
+ *
+ * Same blocking and layout as attn_fwd_body.h (lanes = query rows, blocks of
+ * 128 rows, tiles of 128 keys, 8 × 32 register blocks), with the reduction
+ * axis of each product packed in pairs, as vdpbf16ps wants:
+ *   Qt (Dp/2, BR) u32   Qt[e][r] = (q[r][2e], q[r][2e+1]), q as given (the
+ *                       scale·log2 e is applied to S in fp32, so Q is not
+ *                       rounded a second time)
+ *   K rows as in memory (bf16, unit d-stride, even D): one broadcast 32-bit
+ *                       load is the pair (k[j][2e], k[j][2e+1]); others are
+ *                       copied into Kp (BC, Dp) bf16, zero-padded
+ *   Pt (BC/2, BR) u32   Pt[i][r] = (p[r][2i], p[r][2i+1]), written by the
+ *                       softmax; the pad key of an odd tile has p = 0
+ *   Vp (BC/2, Dp) u32   Vp[i][d] = (v[2i][d], v[2i+1][d]), packed per tile
+ *                       with two vpermt2w per 32 dims
+ * Per pair step the kernels do 2 row loads + 8 broadcasts + 16 vdpbf16ps,
+ * twice the multiply-adds per instruction of the fp32 kernels. */
+#include "attn_fwd.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#define FN(x) fc_avx512bf16_##x
+#define FC_BR 128
+#define FC_BC 128
+#define FC_VW 16
+#define FC_RG 32 /* query rows per register block of both kernels */
+
+#include "attn_fwd_avx512_kern.h"
+
+static inline __m512bh fc_bh(__m512i x) { return (__m512bh)x; }
+
+static inline int32_t fc_ld_pair(const uint16_t *p) {
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline __mmask32 fc_tailmask32(int64_t n) {
+    return n >= 32 ? (__mmask32)0xffffffffu : n <= 0 ? (__mmask32)0 : (__mmask32)((1u << n) - 1u);
+}
+
+/* Head dims padded to a multiple of 32 bf16: Dp/2 pairs fill 16-lane blocks. */
+static size_t FN(dpad)(int64_t D) { return (size_t)((D + 31) & ~(int64_t)31); }
+
+static size_t FN(scratch_floats)(int64_t D) {
+    const size_t dp = FN(dpad)(D);
+    return dp * FC_BR / 2             /* Qt */
+           + dp * FC_BR               /* Ot */
+           + (size_t)FC_BC * FC_BR    /* St */
+           + (size_t)FC_BC * FC_BR / 2 /* Pt */
+           + (size_t)FC_BC * dp / 2   /* Kp */
+           + (size_t)FC_BC * dp / 2   /* Vp */
+           + 6 * FC_BR + FC_VW * dp + 2 * dp;
+}
+
+/* A bf16 row: src itself when its d-stride is 1, else gathered into buf. */
+static inline const uint16_t *FN(row)(const uint16_t *src, int64_t stride, int64_t D, uint16_t *buf) {
+    if (stride == 1) return src;
+    for (int64_t d = 0; d < D; ++d) buf[d] = src[d * stride];
+    return buf;
+}
+
+/* dst[0..n) = src[0..D) then zeros; n a multiple of 32. Reads no element past D. */
+static inline void FN(copy_row)(uint16_t *dst, const uint16_t *src, int64_t D, int64_t n) {
+    for (int64_t d = 0; d < n; d += 32)
+        _mm512_storeu_si512(dst + d, _mm512_maskz_loadu_epi16(fc_tailmask32(D - d), src + d));
+}
+
+// qt is (dh, BR) bf16 pairs, kt is (nb, ldk) bf16 (pairs of each row read as one 32-bit load),
+// st is (BC, BR): st[j][r] = mul · Σ_e <qt[e][r], kt[j][2e..2e+1]>, for the key groups that meet
+// [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
+static void FN(qk)(const int32_t *qt, const uint16_t *kt, int64_t ldk, int nb, int64_t dh, const int32_t *jlo,
+                   const int32_t *jhi, float *st, float mul) {
+    const __m512 vmul = _mm512_set1_ps(mul);
+    for (int j = 0; j < nb; j += 8) {
+        /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
+        const uint16_t *k[8];
+        for (int t = 0; t < 8; ++t) k[t] = kt + (j + t < nb ? j + t : nb - 1) * ldk;
+        const uint16_t *k0 = k[0], *k1 = k[1], *k2 = k[2], *k3 = k[3];
+        const uint16_t *k4 = k[4], *k5 = k[5], *k6 = k[6], *k7 = k[7];
+        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+            if (j >= jhi[rb / FC_RG] || j + 8 <= jlo[rb / FC_RG]) continue;
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+            __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+            __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+            const int32_t *q = qt + rb;
+            for (int64_t e = 0; e < dh; ++e, q += FC_BR) {
+                const __m512bh q0 = fc_bh(_mm512_load_si512(q)), q1 = fc_bh(_mm512_load_si512(q + 16));
+                __m512bh b;
+#define FC_QK_STEP(t)                                  \
+    b = fc_bh(_mm512_set1_epi32(fc_ld_pair(k##t + 2 * e))); \
+    c##t##0 = _mm512_dpbf16_ps(c##t##0, q0, b);        \
+    c##t##1 = _mm512_dpbf16_ps(c##t##1, q1, b);
+                FC_QK_STEP(0) FC_QK_STEP(1) FC_QK_STEP(2) FC_QK_STEP(3)
+                FC_QK_STEP(4) FC_QK_STEP(5) FC_QK_STEP(6) FC_QK_STEP(7)
+#undef FC_QK_STEP
+            }
+            float *s = st + (int64_t)j * FC_BR + rb;
+#define FC_QK_STORE(t)                                              \
+    _mm512_store_ps(s + (t) * FC_BR, _mm512_mul_ps(c##t##0, vmul));      \
+    _mm512_store_ps(s + (t) * FC_BR + 16, _mm512_mul_ps(c##t##1, vmul));
+            FC_QK_STORE(0) FC_QK_STORE(1) FC_QK_STORE(2) FC_QK_STORE(3)
+            FC_QK_STORE(4) FC_QK_STORE(5) FC_QK_STORE(6) FC_QK_STORE(7)
+#undef FC_QK_STORE
+        }
+    }
+}
+
+// st is (BC, BR) scores in log2 units; m, l, alpha are (BR); pt is (BC/2, BR) bf16 pairs.
+// As the fp32 softmax (attn_fwd_avx512.c), but P = 2^(st − m_new) goes to pt rounded to bf16
+// (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0.
+static void FN(softmax)(const float *st, int nb, float *m, float *l, float *alpha, int32_t *pt) {
+    enum { NV = FC_BR / 16 };
+    __m512 mx[NV], ms[NV], sum[NV];
+    for (int v = 0; v < NV; ++v) mx[v] = _mm512_load_ps(m + 16 * v);
+    for (int j = 0; j < nb; ++j)
+        for (int v = 0; v < NV; ++v) mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * FC_BR + 16 * v));
+    for (int v = 0; v < NV; ++v) {
+        /* A row that has seen nothing keeps −inf; exponentiate against 0
+         * so that 2^(−inf) = 0 rather than NaN. */
+        const __mmask16 dead = _mm512_cmp_ps_mask(mx[v], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+        ms[v] = _mm512_mask_mov_ps(mx[v], dead, _mm512_setzero_ps());
+        sum[v] = _mm512_setzero_ps();
+    }
+    /* vcvtne2ps2bf16 puts the even key's 16 rows in the low half and the
+     * odd key's in the high half; this interleaves them into row pairs. */
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int j = 0; j < nb; j += 2)
+        for (int v = 0; v < NV; ++v) {
+            const float *p = st + j * FC_BR + 16 * v;
+            const __m512 e0 = fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), ms[v]));
+            const __m512 e1 = j + 1 < nb ? fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(p + FC_BR), ms[v]))
+                                         : _mm512_setzero_ps();
+            sum[v] = _mm512_add_ps(_mm512_add_ps(sum[v], e0), e1);
+            const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+            _mm512_store_si512(pt + (j / 2) * FC_BR + 16 * v, _mm512_permutexvar_epi16(ilv, h));
+        }
+    for (int v = 0; v < NV; ++v) {
+        const __m512 al = fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(m + 16 * v), ms[v]));
+        _mm512_store_ps(alpha + 16 * v, al);
+        _mm512_store_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_load_ps(l + 16 * v), al, sum[v]));
+        _mm512_store_ps(m + 16 * v, mx[v]);
+    }
+}
+
+// ot is (dp, BR), pt is (BC/2, BR) and vp is (BC/2, dp), both bf16 pairs along the keys:
+// ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo[g]/2 ≤ i < ⌈jhi[g]/2⌉} <vp[i][d], pt[i][r]>, g = r / FC_RG,
+// for d < D rounded up to 8 (columns past D are zero in vp and never stored).
+static void FN(pv)(float *ot, int64_t D, int64_t dp, const int32_t *pt, const int32_t *vp, const int32_t *jlo,
+                   const int32_t *jhi, const float *alpha) {
+    for (int64_t d = 0; d < D; d += 8) {
+        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+            const __m512 a0 = _mm512_load_ps(alpha + rb), a1 = _mm512_load_ps(alpha + rb + 16);
+            float *o = ot + d * FC_BR + rb;
+#define FC_PV_LOAD(t)                                                            \
+    __m512 c##t##0 = _mm512_mul_ps(_mm512_load_ps(o + (t) * FC_BR), a0);         \
+    __m512 c##t##1 = _mm512_mul_ps(_mm512_load_ps(o + (t) * FC_BR + 16), a1);
+            FC_PV_LOAD(0) FC_PV_LOAD(1) FC_PV_LOAD(2) FC_PV_LOAD(3)
+            FC_PV_LOAD(4) FC_PV_LOAD(5) FC_PV_LOAD(6) FC_PV_LOAD(7)
+#undef FC_PV_LOAD
+            const int i0 = jlo[rb / FC_RG] / 2, i1 = (jhi[rb / FC_RG] + 1) / 2;
+            const int32_t *p = pt + (int64_t)i0 * FC_BR + rb, *v = vp + i0 * dp + d;
+            for (int i = i0; i < i1; ++i, p += FC_BR, v += dp) {
+                const __m512bh p0 = fc_bh(_mm512_load_si512(p)), p1 = fc_bh(_mm512_load_si512(p + 16));
+                __m512bh b;
+#define FC_PV_STEP(t)                               \
+    b = fc_bh(_mm512_set1_epi32(v[t]));             \
+    c##t##0 = _mm512_dpbf16_ps(c##t##0, p0, b);     \
+    c##t##1 = _mm512_dpbf16_ps(c##t##1, p1, b);
+                FC_PV_STEP(0) FC_PV_STEP(1) FC_PV_STEP(2) FC_PV_STEP(3)
+                FC_PV_STEP(4) FC_PV_STEP(5) FC_PV_STEP(6) FC_PV_STEP(7)
+#undef FC_PV_STEP
+            }
+#define FC_PV_STORE(t)                                  \
+    _mm512_store_ps(o + (t) * FC_BR, c##t##0);          \
+    _mm512_store_ps(o + (t) * FC_BR + 16, c##t##1);
+            FC_PV_STORE(0) FC_PV_STORE(1) FC_PV_STORE(2) FC_PV_STORE(3)
+            FC_PV_STORE(4) FC_PV_STORE(5) FC_PV_STORE(6) FC_PV_STORE(7)
+#undef FC_PV_STORE
+        }
+    }
+}
+
+// vp[i][d] = (v0[d], v1[d]) for d < dp (0 past D); v1 NULL = a zero row (the pad key).
+static inline void FN(pack_vpair)(int32_t *vp, const uint16_t *v0, const uint16_t *v1, int64_t D, int64_t dp) {
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t d = 0; d < dp; d += 32) {
+        const __mmask32 mk = fc_tailmask32(D - d);
+        const __m512i x = _mm512_maskz_loadu_epi16(mk, v0 + d);
+        const __m512i y = v1 ? _mm512_maskz_loadu_epi16(mk, v1 + d) : _mm512_setzero_si512();
+        _mm512_storeu_si512(vp + d, _mm512_permutex2var_epi16(x, lo, y));
+        _mm512_storeu_si512(vp + d + 16, _mm512_permutex2var_epi16(x, hi, y));
+    }
+}
+
+// q, o are (B, Sq, Hq, D) bf16; k, v are (B, Sk, Hkv, D) bf16; lse is (B, Hq, Sq).
+// Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b (rows as attn_fwd_body.h).
+static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws) {
+    const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
+    const int64_t dp = (int64_t)FN(dpad)(D), dh = (D + 1) / 2;
+    const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
+    int32_t *qt = (int32_t *)ws;                 /* (dp/2, BR) pairs */
+    float *ot = ws + dp * FC_BR / 2;             /* (dp, BR) */
+    float *st = ot + dp * FC_BR;                 /* (BC, BR) */
+    int32_t *pt = (int32_t *)(st + FC_BC * FC_BR); /* (BC/2, BR) pairs */
+    uint16_t *kp = (uint16_t *)(pt + FC_BC / 2 * FC_BR); /* (BC, dp) bf16 */
+    int32_t *vp = (int32_t *)(kp + FC_BC * dp);  /* (BC/2, dp) pairs */
+    float *m = (float *)(vp + FC_BC / 2 * dp);   /* (BR) running max, log2 units */
+    float *l = m + FC_BR;                        /* (BR) running sum */
+    float *alpha = l + FC_BR;                    /* (BR) rescale of this tile */
+    int32_t *sel = (int32_t *)(alpha + FC_BR);   /* (BR) visible ranges relative */
+    int32_t *lol = sel + FC_BR;                  /*   to the tile start: j < sel or */
+    int32_t *hil = lol + FC_BR;                  /*   lol ≤ j < hil */
+    float *tmp = (float *)(hil + FC_BR);         /* (VW, dp) rows being transposed */
+    uint16_t *rbuf = (uint16_t *)(tmp + FC_VW * dp); /* (2, dp) gathered strided rows */
+
+    const int64_t ia = r0 / G, ib = (r0 + nr - 1) / G;
+    const int np = (int)(ib - ia + 1);
+    int64_t se[FC_BR], lo[FC_BR], hi[FC_BR];
+    for (int p = 0; p < np; ++p) fc_visible_range(a, ia + p, &se[p], &lo[p], &hi[p]);
+
+    const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k, *v = (const uint16_t *)a->v;
+    const float qmul = (float)(a->scale * 1.4426950408889634); /* exp → exp2, applied to S */
+    /* Qt: 16 rows at a time are copied as bf16 into tmp (zero past D and for
+     * rows past nr), then transposed as 32-bit pairs in 16 × 16 blocks. */
+    for (int rg = 0; rg < FC_BR; rg += FC_VW) {
+        for (int kk = 0; kk < FC_VW; ++kk) {
+            const int r = rg + kk;
+            uint16_t *row = (uint16_t *)(tmp + kk * dp);
+            if (r < nr) {
+                const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+                const uint16_t *src = q + b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
+                FN(copy_row)(row, FN(row)(src, a->sq[3], D, rbuf), D, dp);
+            } else {
+                memset(row, 0, (size_t)dp * sizeof(uint16_t));
+            }
+        }
+        for (int64_t e = 0; e < dp / 2; e += FC_VW)
+            FN(transpose)(tmp + e, dp, (float *)qt + e * FC_BR + rg, FC_BR);
+    }
+    for (int r = 0; r < FC_BR; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int64_t x = 0; x < dp * FC_BR; ++x) ot[x] = 0.0f;
+
+    /* K rows are read in place when a pair never straddles the row's end. */
+    const int k_inplace = a->sk[3] == 1 && D % 2 == 0;
+    fc_keysegs ks;
+    fc_block_keysegs(a, ia, ib, &ks);
+    for (int sg = 0; sg < ks.n; ++sg) {
+        for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
+            const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];
+            const int nb = (int)(j1 - j0);
+            const int kind = fc_tile_kind(se, lo, hi, np, j0, j1);
+            if (kind == FC_TILE_EMPTY) continue;
+            const uint16_t *kt = kp;
+            int64_t ldk = dp;
+            const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
+            const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
+            if (k_inplace) {
+                kt = k + ko0;
+                ldk = a->sk[1];
+            } else {
+                for (int jj = 0; jj < nb; ++jj)
+                    FN(copy_row)(kp + jj * dp, FN(row)(k + ko0 + jj * a->sk[1], a->sk[3], D, rbuf), D, dp);
+            }
+            for (int jj = 0; jj < nb; jj += 2) {
+                const uint16_t *v0 = FN(row)(v + vo0 + jj * a->sv[1], a->sv[3], D, rbuf);
+                const uint16_t *v1 =
+                    jj + 1 < nb ? FN(row)(v + vo0 + (jj + 1) * a->sv[1], a->sv[3], D, rbuf + dp) : NULL;
+                FN(pack_vpair)(vp + (jj / 2) * dp, v0, v1, D, dp);
+            }
+            /* Fetch the next tile's K/V rows into L2 (see attn_fwd_body.h). */
+            if (a->sk[3] == 1 && a->sv[3] == 1) {
+                const int64_t n1 = j1 + FC_BC < ks.s1[sg] ? j1 + FC_BC : ks.s1[sg];
+                for (int64_t j = j1; j < n1; ++j) {
+                    const char *kr = (const char *)(k + b * a->sk[0] + j * a->sk[1] + hk * a->sk[2]);
+                    const char *vr = (const char *)(v + b * a->sv[0] + j * a->sv[1] + hk * a->sv[2]);
+                    for (int64_t x = 0; x < D * 2; x += 64) {
+                        __builtin_prefetch(kr + x, 0, 2);
+                        __builtin_prefetch(vr + x, 0, 2);
+                    }
+                }
+            }
+            /* Per group of FC_RG rows, the keys [jlo, jhi) some row sees. */
+            int32_t jlo[FC_BR / FC_RG], jhi[FC_BR / FC_RG];
+            if (kind == FC_TILE_PARTIAL) {
+                for (int r = 0; r < FC_BR; ++r) {
+                    const int p = r < nr ? (int)((r0 + r) / G - ia) : np - 1;
+                    int64_t x;
+                    x = se[p] - j0; sel[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                    x = lo[p] - j0; lol[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                    x = hi[p] - j0; hil[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                }
+                for (int g = 0; g < FC_BR / FC_RG; ++g) {
+                    int32_t first = nb, last = 0; /* [first, last) */
+                    for (int r = g * FC_RG; r < (g + 1) * FC_RG; ++r) {
+                        const int win = lol[r] < hil[r];
+                        const int32_t f = sel[r] > 0 ? 0 : win ? lol[r] : nb;
+                        const int32_t e = win && hil[r] > sel[r] ? hil[r] : sel[r];
+                        if (f < first) first = f;
+                        if (e > last) last = e;
+                    }
+                    jlo[g] = first < last ? first : 0;
+                    jhi[g] = first < last ? last : 0;
+                }
+            } else {
+                for (int g = 0; g < FC_BR / FC_RG; ++g) { jlo[g] = 0; jhi[g] = nb; }
+            }
+            for (int g = (nr + FC_RG - 1) / FC_RG; g < FC_BR / FC_RG; ++g) jlo[g] = jhi[g] = 0;
+            /* As attn_fwd_body.h; the PV kernel widens [jlo, jhi) to whole
+             * key pairs, whose extra keys have p = 0 (masked, or the pad). */
+            FN(qk)(qt, kt, ldk, nb, dh, jlo, jhi, st, qmul);
+            if (kind == FC_TILE_PARTIAL) FN(mask)(st, nb, sel, lol, hil);
+            FN(softmax)(st, nb, m, l, alpha, pt);
+            FN(pv)(ot, D, dp, pt, vp, jlo, jhi, alpha);
+        }
+    }
+
+    const int has_sink = a->sink_logits != NULL;
+    for (int rg = 0; rg < nr; rg += FC_VW) {
+        for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
+        for (int kk = 0; kk < FC_VW && rg + kk < nr; ++kk) {
+            const int r = rg + kk;
+            const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+            const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
+            double factor, lse;
+            fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
+            const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
+            FN(store_row)((uint16_t *)a->o + off, a->so[3], FLASHC_BF16, tmp + kk * dp, D, (float)factor);
+            if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
+        }
+    }
+}
+
+// As FN(run) of attn_fwd_body.h: work items (b, kv head, row block), heaviest first.
+flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a) {
+    const int64_t G = a->Hq / a->Hkv, R = a->Sq * G;
+    const int64_t nblk = (R + FC_BR - 1) / FC_BR, nouter = a->B * a->Hkv;
+    if (nblk == 0) return FLASHC_OK;
+    const int64_t nitems = nouter * nblk;
+    fc_work *work = (fc_work *)malloc((size_t)nitems * sizeof(fc_work));
+    if (!work) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: work list of %lld items",
+                                   (long long)nitems);
+    for (int64_t t = 0; t < nblk; ++t) {
+        const int64_t r0 = t * FC_BR, r1 = (r0 + FC_BR < R ? r0 + FC_BR : R);
+        fc_keysegs ks;
+        fc_block_keysegs(a, r0 / G, (r1 - 1) / G, &ks);
+        int64_t keys = 0;
+        for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
+        for (int64_t u = 0; u < nouter; ++u) work[u * nblk + t] = (fc_work){u, t, (keys + 1) * (r1 - r0)};
+    }
+    qsort(work, (size_t)nitems, sizeof(fc_work), fc_work_cmp);
+
+    int nt = omp_get_max_threads();
+    if ((int64_t)nt > nitems) nt = (int)nitems;
+    const size_t per = (FN(scratch_floats)(a->D) + 15) & ~(size_t)15; /* 64-byte rows */
+    float *scratch = (float *)aligned_alloc(64, (size_t)nt * per * sizeof(float));
+    if (!scratch) {
+        free(work);
+        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: %zu bytes of scratch",
+                            (size_t)nt * per * sizeof(float));
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        float *ws = scratch + (size_t)omp_get_thread_num() * per;
+        memset(ws, 0, per * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < nitems; ++t) {
+            const int64_t u = work[t].outer;
+            FN(block)(a, u / a->Hkv, u % a->Hkv, work[t].blk * FC_BR, ws);
+        }
+    }
+    free(scratch);
+    free(work);
+    return FLASHC_OK;
+}
