@@ -9,6 +9,12 @@
  * tensor, so a contiguous x has one outer axis and a row offset costs one
  * multiply. Accumulation is fp32 (fp64 for F64).
  *
+ * Contiguous rows (unit D stride, D a multiple of 16 / sizeof(T), aligned)
+ * take the fast paths below the generic kernels: persistent grids, 16-byte
+ * loads, w in registers for short rows, long rows split along D, dx with
+ * 16-byte stores, dw by column tiles × row chunks into fp32 (f64) partials
+ * added in a fixed order. Everything else takes the generic kernels:
+ *
  * Forward: a group of TPR lanes per row (TPR = 32 for long rows, 4 for short
  * ones, 1 — a thread per row — when x is strided along D but adjacent rows
  * are adjacent in memory). With a unit D stride, x (and w when it is
@@ -24,6 +30,8 @@
 #include "fc_cuda.cuh"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Outer index -> offset, for up to FLASHC_MAX_DIMS - 1 collapsed axes. */
 struct fcc_outer {
@@ -264,10 +272,498 @@ __global__ void fcc_wsum_dw_finish_kernel(const fcc_wsum_args g, int64_t nchunk,
     ((T *)g.dw)[d * g.dw_str] = fcc_type<T>::from(acc);
 }
 
+/* ------------------------------------------------------------ fast paths
+ * Taken when every row is a run of D/VEC aligned 16-byte vectors at a
+ * uniform row stride (one collapsed outer axis, unit D stride, D a multiple
+ * of VEC = 16 / sizeof(T), 16-byte aligned base and row stride) and, where w
+ * is read, w is contiguous and 16-byte aligned. Everything else takes the
+ * generic kernels above.
+ *
+ * Streamed x is read with ld.global.nc.L1::no_allocate (fcc_ldx) so that it
+ * does not evict w (and dy) from L1. Grids are persistent: the number of
+ * warps (blocks) is cut to a whole number of equal waves of what fits on the
+ * device; the work of each warp or block, and so every summation order,
+ * depends on the shape only. */
+template <int LD> __device__ __forceinline__ uint4 fcc_ldx(const uint4 *p) {
+    uint4 v;
+    if (LD == 1)
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    else if (LD == 2)
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    else
+        v = __ldg(p);
+    return v;
+}
+
+/* 16 bytes of T -> VEC accumulation values, and back (round to nearest even). */
+template <class T> struct fcc_vec;
+template <> struct fcc_vec<float> {
+    static constexpr int N = 4;
+    static __device__ __forceinline__ void unpack(const uint4 &v, float (&o)[4]) {
+        o[0] = __uint_as_float(v.x); o[1] = __uint_as_float(v.y);
+        o[2] = __uint_as_float(v.z); o[3] = __uint_as_float(v.w);
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&o)[4]) {
+        return make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]), __float_as_uint(o[3]));
+    }
+};
+template <> struct fcc_vec<double> {
+    static constexpr int N = 2;
+    static __device__ __forceinline__ void unpack(const uint4 &v, double (&o)[2]) {
+        o[0] = __hiloint2double((int)v.y, (int)v.x);
+        o[1] = __hiloint2double((int)v.w, (int)v.z);
+    }
+    static __device__ __forceinline__ uint4 pack(const double (&o)[2]) {
+        return make_uint4((unsigned)__double2loint(o[0]), (unsigned)__double2hiint(o[0]),
+                          (unsigned)__double2loint(o[1]), (unsigned)__double2hiint(o[1]));
+    }
+};
+template <> struct fcc_vec<__nv_bfloat16> {
+    static constexpr int N = 8;
+    static __device__ __forceinline__ void two(unsigned u, float *o) {
+        o[0] = __uint_as_float(u << 16);
+        o[1] = __uint_as_float(u & 0xffff0000u);
+    }
+    static __device__ __forceinline__ void unpack(const uint4 &v, float (&o)[8]) {
+        two(v.x, o); two(v.y, o + 2); two(v.z, o + 4); two(v.w, o + 6);
+    }
+    static __device__ __forceinline__ unsigned mk(float a, float b) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        unsigned u;
+        memcpy(&u, &h, 4);
+        return u;
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&o)[8]) {
+        return make_uint4(mk(o[0], o[1]), mk(o[2], o[3]), mk(o[4], o[5]), mk(o[6], o[7]));
+    }
+};
+template <> struct fcc_vec<__half> {
+    static constexpr int N = 8;
+    static __device__ __forceinline__ void two(unsigned u, float *o) {
+        __half2 h;
+        memcpy(&h, &u, 4);
+        const float2 f = __half22float2(h);
+        o[0] = f.x;
+        o[1] = f.y;
+    }
+    static __device__ __forceinline__ void unpack(const uint4 &v, float (&o)[8]) {
+        two(v.x, o); two(v.y, o + 2); two(v.z, o + 4); two(v.w, o + 6);
+    }
+    static __device__ __forceinline__ unsigned mk(float a, float b) {
+        __half2 h = __floats2half2_rn(a, b);
+        unsigned u;
+        memcpy(&u, &h, 4);
+        return u;
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&o)[8]) {
+        return make_uint4(mk(o[0], o[1]), mk(o[2], o[3]), mk(o[4], o[5]), mk(o[6], o[7]));
+    }
+};
+
+__device__ __forceinline__ int64_t fcc_warp_id() {
+    return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+}
+__device__ __forceinline__ int64_t fcc_warp_count() { return ((int64_t)gridDim.x * blockDim.x) >> 5; }
+
+/* Forward, short rows (D/VEC ≤ 32·NV): TPR lanes per row, NV vectors of the
+ * row per lane, w held in registers for the whole kernel. One warp pass
+ * covers 32/TPR rows × RU (RU·NV 16-byte loads in flight per lane). */
+template <class T, int TPR, int NV, int RU, int LD>
+__global__ void __launch_bounds__(256) fcc_wsum_fwd_rows(const fcc_wsum_args g) {
+    using A = typename fcc_type<T>::acc;
+    constexpr int VEC = fcc_vec<T>::N, GPW = 32 / TPR;
+    const int lane = threadIdx.x & 31, sub = lane % TPR, grp = lane / TPR;
+    const int64_t nvec = g.D / VEC, rs = g.xs[0] / VEC, ys = g.ys[0];
+    const uint4 *__restrict__ xb = (const uint4 *)g.x;
+    const uint4 *__restrict__ wb = (const uint4 *)g.w;
+    T *__restrict__ y = (T *)g.y;
+    A wr[NV][VEC];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int64_t k = sub + j * TPR;
+        fcc_vec<T>::unpack(k < nvec ? __ldg(wb + k) : make_uint4(0, 0, 0, 0), wr[j]);
+    }
+    const int64_t step = fcc_warp_count() * (GPW * RU);
+    for (int64_t rb = fcc_warp_id() * (GPW * RU); rb < g.R; rb += step) {
+        uint4 xv[RU][NV];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            const int64_t r = rb + u * GPW + grp;
+#pragma unroll
+            for (int j = 0; j < NV; ++j) {
+                const int64_t k = sub + j * TPR;
+                xv[u][j] = (r < g.R && k < nvec) ? fcc_ldx<LD>(xb + r * rs + k) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            A acc = A(0);
+#pragma unroll
+            for (int j = 0; j < NV; ++j) {
+                A xe[VEC];
+                fcc_vec<T>::unpack(xv[u][j], xe);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) acc = fma(xe[e], wr[j][e], acc);
+            }
+#pragma unroll
+            for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+            const int64_t r = rb + u * GPW + grp;
+            if (sub == 0 && r < g.R) y[r * ys] = fcc_type<T>::from(acc);
+        }
+    }
+}
+
+/* Forward, long rows: a warp per item (RU rows × one chunk of cv vectors);
+ * per step of 32·NV vectors it loads that slice of w once and uses it for
+ * the RU rows. nchunk = 1: y directly; else partial[r·nchunk + c], added in
+ * order by fcc_wsum_fwd_combine. */
+template <class T, int NV, int RU, int LD>
+__global__ void __launch_bounds__(256) fcc_wsum_fwd_long(const fcc_wsum_args g, int64_t cv, int64_t nchunk,
+                                                          typename fcc_type<T>::acc *partial) {
+    using A = typename fcc_type<T>::acc;
+    constexpr int VEC = fcc_vec<T>::N;
+    const int lane = threadIdx.x & 31;
+    const int64_t nvec = g.D / VEC, rs = g.xs[0] / VEC, ys = g.ys[0];
+    const uint4 *__restrict__ xb = (const uint4 *)g.x;
+    const uint4 *__restrict__ wb = (const uint4 *)g.w;
+    const int64_t nitems = ((g.R + RU - 1) / RU) * nchunk;
+    for (int64_t item = fcc_warp_id(); item < nitems; item += fcc_warp_count()) {
+        const int64_t c = item % nchunk, r0 = (item / nchunk) * RU;
+        const int64_t k0 = c * cv, k1 = min(k0 + cv, nvec);
+        const uint4 *xr[RU];
+        bool rok[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            rok[u] = r0 + u < g.R;
+            xr[u] = xb + (rok[u] ? (r0 + u) * rs : 0);
+        }
+        A acc[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) acc[u] = A(0);
+        for (int64_t kb = k0 + lane; kb < k1; kb += 32 * NV) {
+            uint4 wv[NV], xv[RU][NV];
+#pragma unroll
+            for (int j = 0; j < NV; ++j) {
+                const int64_t k = kb + 32 * j;
+                wv[j] = k < k1 ? __ldg(wb + k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int u = 0; u < RU; ++u)
+                    xv[u][j] = (rok[u] && k < k1) ? fcc_ldx<LD>(xr[u] + k) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < NV; ++j) {
+                A we[VEC];
+                fcc_vec<T>::unpack(wv[j], we);
+#pragma unroll
+                for (int u = 0; u < RU; ++u) {
+                    A xe[VEC];
+                    fcc_vec<T>::unpack(xv[u][j], xe);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) acc[u] = fma(xe[e], we[e], acc[u]);
+                }
+            }
+        }
+        A mine = A(0);
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
+            if (lane == u) mine = acc[u];
+        }
+        if (lane < RU && r0 + lane < g.R) {
+            const int64_t r = r0 + lane;
+            if (nchunk == 1) ((T *)g.y)[r * ys] = fcc_type<T>::from(mine);
+            else partial[r * nchunk + c] = mine;
+        }
+    }
+}
+
+/* y[r] = Σ_c partial[r·nchunk + c]: a block per row, fixed strided split
+ * and fixed tree. */
+template <class T>
+__global__ void __launch_bounds__(256) fcc_wsum_fwd_combine(const fcc_wsum_args g, int64_t nchunk,
+                                                             const typename fcc_type<T>::acc *partial) {
+    using A = typename fcc_type<T>::acc;
+    __shared__ A red[256];
+    const int t = threadIdx.x;
+    for (int64_t r = blockIdx.x; r < g.R; r += gridDim.x) {
+        A s = A(0);
+        for (int64_t c = t; c < nchunk; c += 256) s += partial[r * nchunk + c];
+        red[t] = s;
+        __syncthreads();
+#pragma unroll
+        for (int w = 128; w > 0; w >>= 1) {
+            if (t < w) red[t] += red[t + w];
+            __syncthreads();
+        }
+        if (t == 0) ((T *)g.y)[r * g.ys[0]] = fcc_type<T>::from(red[0]);
+        __syncthreads();
+    }
+}
+
+/* Backward dx, contiguous rows: TPR lanes per row; item = (RU·32/TPR rows,
+ * chunk of cv vectors; nchunk > 1 only for few long rows). Each 16-byte
+ * slice of w (from L1) serves RU rows; 16-byte stores; the dy values of the
+ * warp's next item are loaded before the stores of this one. */
+template <class T, int TPR, int RU>
+__global__ void __launch_bounds__(256) fcc_wsum_dx_rows(const fcc_wsum_args g, int64_t cv, int64_t nchunk) {
+    using A = typename fcc_type<T>::acc;
+    constexpr int VEC = fcc_vec<T>::N, GPW = 32 / TPR;
+    const int lane = threadIdx.x & 31, sub = lane % TPR, grp = lane / TPR;
+    const int64_t nvec = g.D / VEC, rs = g.dxs[0] / VEC, ys = g.ys[0];
+    const uint4 *__restrict__ wb = (const uint4 *)g.w;
+    const T *__restrict__ dy = (const T *)g.dy;
+    uint4 *__restrict__ dxb = (uint4 *)g.dx;
+    const int64_t nitems = ((g.R + GPW * RU - 1) / (GPW * RU)) * nchunk, nw = fcc_warp_count();
+    A nxt[RU];
+    auto load_dy = [&](int64_t item) {
+        const int64_t rb = (item / nchunk) * (GPW * RU);
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            const int64_t r = rb + u * GPW + grp;
+            nxt[u] = (item < nitems && r < g.R) ? fcc_type<T>::to(dy[r * ys]) : A(0);
+        }
+    };
+    int64_t item = fcc_warp_id();
+    load_dy(item);
+    for (; item < nitems; item += nw) {
+        A dyv[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) dyv[u] = nxt[u];
+        load_dy(item + nw);
+        const int64_t rb = (item / nchunk) * (GPW * RU), c = item % nchunk;
+        const int64_t k1 = min((c + 1) * cv, nvec);
+        for (int64_t k = c * cv + sub; k < k1; k += TPR) {
+            A we[VEC];
+            fcc_vec<T>::unpack(__ldg(wb + k), we);
+#pragma unroll
+            for (int u = 0; u < RU; ++u) {
+                const int64_t r = rb + u * GPW + grp;
+                if (r < g.R) {
+                    A o[VEC];
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[e] = dyv[u] * we[e];
+                    dxb[r * rs + k] = fcc_vec<T>::pack(o);
+                }
+            }
+        }
+    }
+}
+
+/* Backward dw, contiguous rows: block = TC column lanes (one 16-byte vector
+ * of columns each) × RL = 256/TC row lanes; item = (column tile, row chunk
+ * of CR rows). Each thread keeps VEC fp32 (f64) sums over rows r ≡ rl
+ * (mod RL) in row order; the RL lanes are added in order through shared
+ * memory. nchunk = 1: dw directly; else partial[chunk·D + d] for
+ * fcc_wsum_dw_combine. */
+template <class T, int TC, int U, int LD>
+__global__ void __launch_bounds__(256, 2) fcc_wsum_dw_cols(const fcc_wsum_args g, int64_t CR, int64_t nchunk,
+                                                         typename fcc_type<T>::acc *partial) {
+    using A = typename fcc_type<T>::acc;
+    constexpr int VEC = fcc_vec<T>::N, RL = 256 / TC;
+    __shared__ A red[VEC * 256];
+    const int cl = threadIdx.x % TC, rl = threadIdx.x / TC;
+    const int64_t nvec = g.D / VEC, rs = g.xs[0] / VEC, ys = g.ys[0];
+    const int64_t ntiles = (nvec + TC - 1) / TC, nitems = ntiles * nchunk;
+    const uint4 *__restrict__ xb = (const uint4 *)g.x;
+    const T *__restrict__ dy = (const T *)g.dy;
+    T *__restrict__ dw = (T *)g.dw;
+    for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const int64_t tile = item % ntiles, ch = item / ntiles;
+        const int64_t k = tile * TC + cl;
+        const bool kin = k < nvec;
+        const int64_t r0 = ch * CR, r1 = min(r0 + CR, g.R);
+        A acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = A(0);
+        for (int64_t r = r0 + rl; r < r1; r += RL * U) {
+            uint4 xv[U];
+            A dv[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t rr = r + u * RL;
+                const bool ok = rr < r1;
+                dv[u] = ok ? fcc_type<T>::to(__ldg(dy + rr * ys)) : A(0);
+                xv[u] = (ok && kin) ? fcc_ldx<LD>(xb + rr * rs + k) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                A xe[VEC];
+                fcc_vec<T>::unpack(xv[u], xe);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) acc[e] = fma(dv[u], xe[e], acc[e]);
+            }
+        }
+        if (RL > 1) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) red[e * 256 + threadIdx.x] = acc[e];
+            __syncthreads();
+            for (int o = threadIdx.x; o < TC * VEC; o += 256) {
+                const int c2 = o % TC, e = o / TC;
+                A s = A(0);
+                for (int q = 0; q < RL; ++q) s += red[e * 256 + q * TC + c2];
+                const int64_t kk = tile * TC + c2;
+                if (kk < nvec) {
+                    const int64_t d = kk * VEC + e;
+                    if (nchunk == 1) dw[d * g.dw_str] = fcc_type<T>::from(s);
+                    else partial[ch * g.D + d] = s;
+                }
+            }
+            __syncthreads();
+        } else if (kin) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int64_t d = k * VEC + e;
+                if (nchunk == 1) dw[d * g.dw_str] = fcc_type<T>::from(acc[e]);
+                else partial[ch * g.D + d] = acc[e];
+            }
+        }
+    }
+}
+
+/* dw[d] = Σ_c partial[c·D + d]: TCF columns × 1024/TCF chunk lanes per
+ * block, each lane in chunk order, lanes by a fixed tree. */
+template <class T>
+__global__ void __launch_bounds__(1024) fcc_wsum_dw_combine(const fcc_wsum_args g, int tcf, int64_t nchunk,
+                                                             const typename fcc_type<T>::acc *partial) {
+    using A = typename fcc_type<T>::acc;
+    __shared__ A red[1024];
+    const int lf = 1024 / tcf, cl = threadIdx.x % tcf, q = threadIdx.x / tcf;
+    const int64_t d = (int64_t)blockIdx.x * tcf + cl;
+    A s = A(0);
+    if (d < g.D) {
+#pragma unroll 8
+        for (int64_t c = q; c < nchunk; c += lf) s += partial[c * g.D + d];
+    }
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = lf / 2; w > 0; w >>= 1) {
+        if (q < w) red[q * tcf + cl] += red[(q + w) * tcf + cl];
+        __syncthreads();
+    }
+    if (q == 0 && d < g.D) ((T *)g.dw)[d * g.dw_str] = fcc_type<T>::from(red[cl]);
+}
+
+/* ------------------------------------------------------------ host */
 static unsigned fcc_grid_rows(int64_t R, int rows_per_block) {
     int64_t b = (R + rows_per_block - 1) / rows_per_block;
     const int64_t cap = 1 << 20; /* grid-stride beyond this */
     return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+/* Blocks for a persistent launch of `kernel` over `items` equal work items,
+ * `per_block` items per block and pass (8 for a warp per item, 1 for a
+ * block per item): the smallest grid that runs them in as many full waves of
+ * resident blocks as the whole device needs, so no wave is mostly idle. */
+template <class K>
+static flashc_status fcc_persistent_grid(K kernel, int threads, int64_t items, int per_block, unsigned *grid) {
+    int dev = 0, sms = 0, per_sm = 0;
+    FCC_CHECK(cudaGetDevice(&dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    FCC_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    if (per_sm < 1) per_sm = 1;
+    const int64_t slots = (int64_t)sms * per_sm * per_block; /* items one wave takes */
+    int64_t waves = (items + slots - 1) / slots;
+    if (waves < 1) waves = 1;
+    const int64_t units = (items + waves - 1) / waves;
+    int64_t b = (units + per_block - 1) / per_block;
+    if (b < 1) b = 1;
+    if (b > INT_MAX) b = INT_MAX;
+    *grid = (unsigned)b;
+    return FLASHC_OK;
+}
+
+/* Test hook, read once: FLASHC_WSUM_VARIANT=0 sends every case to the
+ * generic kernels (to test them, and to compare, on contiguous inputs). */
+static int fcc_wsum_variant() {
+    static const int v = [] {
+        const char *s = getenv("FLASHC_WSUM_VARIANT");
+        return s && *s ? atoi(s) : 1;
+    }();
+    return v;
+}
+
+/* Rows of x (and dx when given) are runs of aligned 16-byte vectors. */
+template <class T> static bool fcc_rows_vec(const fcc_wsum_args &g, const void *base, int64_t dstr, int64_t rstr) {
+    const int VEC = 16 / (int)sizeof(T);
+    return g.outer.n == 1 && dstr == 1 && g.D > 0 && g.D % VEC == 0 && ((uintptr_t)base & 15) == 0 &&
+           rstr % VEC == 0;
+}
+template <class T> static bool fcc_w_vec(const fcc_wsum_args &g) {
+    return g.w_str == 1 && ((uintptr_t)g.w & 15) == 0;
+}
+
+static int fcc_pow2_at_least(int64_t n) {
+    int p = 1;
+    while (p < n && p < 32) p <<= 1;
+    return p;
+}
+
+/* x loads: ld.nc.L1::no_allocate at 8 or more lanes per row, __ldg below
+ * (measured on the H100: D = 128 rows 95 -> 99 % of copy with no_allocate,
+ * D = 16 rows 98 -> 95 %). */
+template <class T, int TPR, int NV, int RU>
+static flashc_status fcc_launch_fwd_rows(const fcc_wsum_args &g, cudaStream_t st) {
+    auto k = fcc_wsum_fwd_rows<T, TPR, NV, RU, (TPR >= 8 ? 1 : 0)>;
+    unsigned grid;
+    FCC_TRY(fcc_persistent_grid(k, 256, (g.R + (32 / TPR) * RU - 1) / ((32 / TPR) * RU), 8, &grid));
+    k<<<grid, 256, 0, st>>>(g);
+    FCC_CHECK_LAUNCH("fcc_wsum_fwd_rows");
+    return FLASHC_OK;
+}
+
+template <class T> static flashc_status fcc_wsum_fwd_fast(const fcc_wsum_args &g, cudaStream_t st) {
+    using A = typename fcc_type<T>::acc;
+    const int VEC = 16 / (int)sizeof(T);
+    const int64_t nvec = g.D / VEC;
+    if (nvec <= 128) {
+        if (nvec > 64) return fcc_launch_fwd_rows<T, 32, 4, 2>(g, st);
+        if (nvec > 32) return fcc_launch_fwd_rows<T, 32, 2, 4>(g, st);
+        switch (fcc_pow2_at_least(nvec)) {
+        case 1: return fcc_launch_fwd_rows<T, 1, 1, 8>(g, st);
+        case 2: return fcc_launch_fwd_rows<T, 2, 1, 8>(g, st);
+        case 4: return fcc_launch_fwd_rows<T, 4, 1, 8>(g, st);
+        case 8: return fcc_launch_fwd_rows<T, 8, 1, 8>(g, st);
+        case 16: return fcc_launch_fwd_rows<T, 16, 1, 8>(g, st);
+        default: return fcc_launch_fwd_rows<T, 32, 1, 8>(g, st);
+        }
+    }
+    /* Long rows: RU = 4 rows × NV = 2 vectors per lane in flight. With few
+     * rows, D is cut into nchunk chunks (multiples of 64 vectors, at least
+     * 256) so that there are about 16384 items; nchunk is a function of the
+     * shape only. */
+    constexpr int NV = 2, RU = 4;
+    const int64_t ngrp = (g.R + RU - 1) / RU;
+    int64_t cv = nvec, nchunk = 1;
+    if (ngrp < 8192) {
+        const int64_t want = (16384 + ngrp - 1) / ngrp;
+        cv = (nvec + want - 1) / want;
+        cv = (cv + 63) / 64 * 64;
+        if (cv < 256) cv = 256;
+        if (cv > nvec) cv = nvec;
+        nchunk = (nvec + cv - 1) / cv;
+    }
+    auto k = fcc_wsum_fwd_long<T, NV, RU, 0>;
+    unsigned grid;
+    FCC_TRY(fcc_persistent_grid(k, 256, ngrp * nchunk, 8, &grid));
+    if (nchunk == 1) {
+        k<<<grid, 256, 0, st>>>(g, cv, 1, nullptr);
+        FCC_CHECK_LAUNCH("fcc_wsum_fwd_long");
+        return FLASHC_OK;
+    }
+    A *part = nullptr;
+    FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(g.R * nchunk) * sizeof(A), st));
+    k<<<grid, 256, 0, st>>>(g, cv, nchunk, part);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        fcc_wsum_fwd_combine<T><<<(unsigned)(g.R < 65536 ? g.R : 65536), 256, 0, st>>>(g, nchunk, part);
+        e = cudaGetLastError();
+    }
+    cudaFreeAsync(part, st);
+    if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_fwd_long (split)");
+    return FLASHC_OK;
 }
 
 template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
@@ -276,6 +772,8 @@ template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
     fcc_collapse(&g, p, false);
     cudaStream_t st = fcc_stream(p->stream);
     if (g.R == 0) return FLASHC_OK;
+    if (fcc_wsum_variant() != 0 && fcc_rows_vec<T>(g, g.x, g.x_dstr, g.xs[0]) && fcc_w_vec<T>(g))
+        return fcc_wsum_fwd_fast<T>(g, st);
     /* Few very long rows: split D into fixed chunks (a function of R and D
      * only), so the result does not depend on timing or the device. */
     const int64_t CHUNK = 16384;
@@ -317,14 +815,110 @@ template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
     return FLASHC_OK;
 }
 
+template <class T, int TPR>
+static flashc_status fcc_launch_dx_rows(const fcc_wsum_args &g, cudaStream_t st) {
+    constexpr int RU = TPR == 32 ? 4 : 8, RPI = (32 / TPR) * RU;
+    const int VEC = 16 / (int)sizeof(T);
+    const int64_t nvec = g.D / VEC, ngrp = (g.R + RPI - 1) / RPI;
+    /* few long rows: cut them into chunks (multiples of 32 vectors, ≥ 256)
+     * for about 16384 items */
+    int64_t cv = nvec, nchunk = 1;
+    if (TPR == 32 && ngrp < 8192) {
+        const int64_t want = (16384 + ngrp - 1) / ngrp;
+        cv = (nvec + want - 1) / want;
+        cv = (cv + 31) / 32 * 32;
+        if (cv < 256) cv = 256;
+        if (cv > nvec) cv = nvec;
+        nchunk = (nvec + cv - 1) / cv;
+    }
+    auto k = fcc_wsum_dx_rows<T, TPR, RU>;
+    unsigned grid;
+    FCC_TRY(fcc_persistent_grid(k, 256, ngrp * nchunk, 8, &grid));
+    k<<<grid, 256, 0, st>>>(g, cv, nchunk);
+    FCC_CHECK_LAUNCH("fcc_wsum_dx_rows");
+    return FLASHC_OK;
+}
+
+template <class T> static flashc_status fcc_wsum_dx_fast(const fcc_wsum_args &g, cudaStream_t st) {
+    const int VEC = 16 / (int)sizeof(T);
+    switch (fcc_pow2_at_least(g.D / VEC)) {
+    case 1: return fcc_launch_dx_rows<T, 1>(g, st);
+    case 2: return fcc_launch_dx_rows<T, 2>(g, st);
+    case 4: return fcc_launch_dx_rows<T, 4>(g, st);
+    case 8: return fcc_launch_dx_rows<T, 8>(g, st);
+    case 16: return fcc_launch_dx_rows<T, 16>(g, st);
+    default: return fcc_launch_dx_rows<T, 32>(g, st);
+    }
+}
+
+template <class T, int TC, int U>
+static flashc_status fcc_launch_dw_cols(const fcc_wsum_args &g, cudaStream_t st) {
+    using A = typename fcc_type<T>::acc;
+    constexpr int RL = 256 / TC;
+    const int VEC = 16 / (int)sizeof(T);
+    const int64_t nvec = g.D / VEC, ntiles = (nvec + TC - 1) / TC;
+    /* Row chunks: about 1024 items in all, each thread ≥ 128 rows of its
+     * chunk (long runs between the fill and drain of an item). A function of
+     * the shape only: the summation order is fixed. */
+    const int64_t crmin = (int64_t)RL * 128;
+    int64_t nchunk = (1024 + ntiles - 1) / ntiles;
+    const int64_t maxch = (g.R + crmin - 1) / crmin;
+    if (nchunk > maxch) nchunk = maxch;
+    if (nchunk < 1) nchunk = 1;
+    const int64_t CR = (g.R + nchunk - 1) / nchunk;
+    nchunk = (g.R + CR - 1) / CR;
+    auto k = fcc_wsum_dw_cols<T, TC, U, 0>;
+    unsigned grid;
+    FCC_TRY(fcc_persistent_grid(k, 256, ntiles * nchunk, 1, &grid));
+    if (nchunk == 1) {
+        k<<<grid, 256, 0, st>>>(g, CR, 1, nullptr);
+        FCC_CHECK_LAUNCH("fcc_wsum_dw_cols");
+        return FLASHC_OK;
+    }
+    A *part = nullptr;
+    FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(nchunk * g.D) * sizeof(A), st));
+    k<<<grid, 256, 0, st>>>(g, CR, nchunk, part);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        /* columns per combine block: at least ~64 blocks where D allows */
+        int tcf = 32;
+        while (tcf > 1 && (g.D + tcf - 1) / tcf < 64) tcf >>= 1;
+        fcc_wsum_dw_combine<T><<<(unsigned)((g.D + tcf - 1) / tcf), 1024, 0, st>>>(g, tcf, nchunk, part);
+        e = cudaGetLastError();
+    }
+    cudaFreeAsync(part, st);
+    if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_dw_cols");
+    return FLASHC_OK;
+}
+
+/* x loads by __ldg (H100: as fast as or faster than no_allocate here; R = 4
+ * huge D 88 -> 97 % of copy). U = 8 rows in flight per thread (fits three
+ * blocks per SM; U = 16 at two blocks was slower, bf16 D = 16: 83 -> 59 %). */
+template <class T> static flashc_status fcc_wsum_dw_fast(const fcc_wsum_args &g, cudaStream_t st) {
+    constexpr int U = 8;
+    const int VEC = 16 / (int)sizeof(T);
+    const int64_t nvec = g.D / VEC;
+    /* few rows: every thread on its own columns (no row lanes to idle) */
+    if (g.R < 64 && nvec >= 256) return fcc_launch_dw_cols<T, 256, U>(g, st);
+    switch (fcc_pow2_at_least(nvec)) {
+    case 1: case 2: case 4: return fcc_launch_dw_cols<T, 4, U>(g, st);
+    case 8: return fcc_launch_dw_cols<T, 8, U>(g, st);
+    case 16: return fcc_launch_dw_cols<T, 16, U>(g, st);
+    default: return fcc_launch_dw_cols<T, 32, U>(g, st);
+    }
+}
+
 template <class T> static flashc_status fcc_wsum_bwd_typed(const fc_wsum *p) {
     using A = typename fcc_type<T>::acc;
     fcc_wsum_args g;
     fcc_collapse(&g, p, p->dx != nullptr);
     cudaStream_t st = fcc_stream(p->stream);
+    const bool fast = fcc_wsum_variant() != 0;
     if (p->dx && g.R > 0 && g.D > 0) {
         const int64_t inner = g.dxs[g.outer.n - 1];
-        if (g.dx_dstr != 1 && (inner < 0 ? -inner : inner) < (g.dx_dstr < 0 ? -g.dx_dstr : g.dx_dstr))
+        if (fast && fcc_rows_vec<T>(g, g.dx, g.dx_dstr, g.dxs[0]) && fcc_w_vec<T>(g))
+            FCC_TRY(fcc_wsum_dx_fast<T>(g, st));
+        else if (g.dx_dstr != 1 && (inner < 0 ? -inner : inner) < (g.dx_dstr < 0 ? -g.dx_dstr : g.dx_dstr))
             fcc_wsum_dx_kernel<T, 1><<<fcc_grid_rows(g.R, 256), 256, 0, st>>>(g);
         else if (g.D >= 64)
             fcc_wsum_dx_kernel<T, 32><<<fcc_grid_rows(g.R, 8), 256, 0, st>>>(g);
@@ -332,6 +926,8 @@ template <class T> static flashc_status fcc_wsum_bwd_typed(const fc_wsum *p) {
             fcc_wsum_dx_kernel<T, 4><<<fcc_grid_rows(g.R, 64), 256, 0, st>>>(g);
         FCC_CHECK_LAUNCH("fcc_wsum_dx_kernel");
     }
+    if (p->dw && g.D > 0 && g.R > 0 && fast && fcc_rows_vec<T>(g, g.x, g.x_dstr, g.xs[0]))
+        return fcc_wsum_dw_fast<T>(g, st);
     if (p->dw && g.D > 0) {
         /* nchunk depends on R only: the summation order is fixed. */
         const int64_t ROWS_MIN = 64, MAXCH = 512;

@@ -7,6 +7,7 @@
  *   flashc_cuda_selftest --small    a few small cases (compute-sanitizer)
  *   flashc_cuda_selftest --bench    also time weighted_sum vs a device copy
  *                                   and the generic attention forward
+ *   flashc_cuda_selftest --bench-wsum   the weighted_sum timings alone (no tests)
  * Module path: $FLASHC_CUDA_MODULE, else the one built next to this program.
  * Exit 0 = all passed, 1 = a failure, 77 = no usable GPU (skipped).
  * Every output is poisoned (NaN bytes) before a call, so an unwritten
@@ -493,6 +494,7 @@ template <class F> static double median_time(F f, int batch = 10, int reps = 7) 
     return t[t.size() / 2];
 }
 
+static bool g_wsum_only = false; /* --bench-wsum: the weighted-sum timings alone */
 static void bench(FILE *json) {
     /* device copy ceiling: 1 GiB D2D, bytes read + written */
     const size_t bytes = (size_t)1 << 30;
@@ -514,7 +516,10 @@ static void bench(FILE *json) {
     fprintf(json, "{\"copy_gbs\": %.1f, \"wsum\": [", copy_gbs);
     struct { int dt; int64_t R, D; } shapes[] = {
         {FLASHC_F32, 65536, 4096}, {FLASHC_BF16, 65536, 8192}, {FLASHC_F16, 131072, 4096},
-        {FLASHC_F32, 16 << 20, 16}, {FLASHC_F32, 4, 64 << 20}, {FLASHC_F64, 32768, 4096}};
+        {FLASHC_F32, 16 << 20, 16}, {FLASHC_F32, 4, 64 << 20}, {FLASHC_F64, 32768, 4096},
+        {FLASHC_F32, 1 << 20, 128}, {FLASHC_BF16, 1 << 20, 128}, {FLASHC_BF16, 16 << 20, 16}};
+    void *c; /* dx */
+    CK(M->malloc_(&c, bytes));
     bool firstj = true;
     for (auto &s : shapes) {
         fc_wsum p;
@@ -531,11 +536,23 @@ static void bench(FILE *json) {
         q.y = nullptr; q.dy = p.y; q.dy_ostr[0] = 1; q.dw = (char *)b + (size_t)(s.D + s.R) * es; q.dw_str = 1;
         const double tb = median_time([&] { CK(M->weighted_sum_bwd(&q)); }, 5, 5);
         const double gbsb = ((double)(s.R * s.D + s.D + 2 * s.R) * es) / tb / 1e9;
-        printf("BENCH wsum %-4s R=%-9lld D=%-9lld fwd %7.1f GB/s (%.0f%% of copy)  bwd(dw) %7.1f GB/s\n",
-               dname(s.dt), (long long)s.R, (long long)s.D, gbs, 100 * gbs / copy_gbs, gbsb);
-        fprintf(json, "%s{\"dtype\": \"%s\", \"R\": %lld, \"D\": %lld, \"fwd_gbs\": %.1f, \"dw_gbs\": %.1f}",
-                firstj ? "" : ", ", dname(s.dt), (long long)s.R, (long long)s.D, gbs, gbsb);
+        fc_wsum q2 = q; /* dx only: reads dy, w; writes dx */
+        q2.dw = nullptr; q2.dx = c; q2.dx_ostr[0] = s.D; q2.dx_dstr = 1;
+        const double tx = median_time([&] { CK(M->weighted_sum_bwd(&q2)); }, 5, 5);
+        const double gbsx = ((double)(s.R * s.D + s.D + s.R) * es) / tx / 1e9;
+        printf("BENCH wsum %-4s R=%-9lld D=%-9lld fwd %7.1f GB/s (%.0f%% of copy)  bwd(dw) %7.1f GB/s (%.0f%%)  bwd(dx) %7.1f GB/s (%.0f%%)\n",
+               dname(s.dt), (long long)s.R, (long long)s.D, gbs, 100 * gbs / copy_gbs, gbsb,
+               100 * gbsb / copy_gbs, gbsx, 100 * gbsx / copy_gbs);
+        fprintf(json, "%s{\"dtype\": \"%s\", \"R\": %lld, \"D\": %lld, \"fwd_gbs\": %.1f, \"dw_gbs\": %.1f, \"dx_gbs\": %.1f}",
+                firstj ? "" : ", ", dname(s.dt), (long long)s.R, (long long)s.D, gbs, gbsb, gbsx);
         firstj = false;
+    }
+    M->free_(c);
+    if (g_wsum_only) {
+        fprintf(json, "]}\n");
+        M->free_(a);
+        M->free_(b);
+        return;
     }
     fprintf(json, "], \"attn_generic\": [");
     setenv("FLASHC_CUDA_KERNEL", "generic", 1);
@@ -577,6 +594,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--small")) small = true;
         else if (!strcmp(argv[i], "--tiny")) tiny = small = true; /* racecheck: f32 + bf16, one case each */
         else if (!strcmp(argv[i], "--bench")) do_bench = true;
+        else if (!strcmp(argv[i], "--bench-wsum")) do_bench = g_wsum_only = true; /* no tests */
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     }
     const char *path = getenv("FLASHC_CUDA_MODULE");
@@ -597,6 +615,11 @@ int main(int argc, char **argv) {
     char dn[128];
     CK(M->device_name(0, dn, sizeof dn));
     printf("device: %s\n", dn);
+    if (g_wsum_only) {
+        FILE *j = fopen(json_path, "w");
+        if (j) { bench(j); fclose(j); }
+        return 0;
+    }
 
     /* helpers: NULL free, pointer kinds, errors */
     {
@@ -678,6 +701,17 @@ int main(int argc, char **argv) {
         wc.push_back({dt, 2, {20000, 3}, {0, 1}, -1, 0, 1});
         wc.push_back({dt, 3, {4, 0, 8}, {0, 1, 2}, -1, 0, 1});        /* R = 0 */
         wc.push_back({dt, 2, {6, 0}, {0, 1}, -1, 0, 1});              /* D = 0 */
+        /* contiguous fast paths (weighted_sum.cu): short rows of every
+         * lane width, w in registers, long rows split along D, dw with
+         * row chunks and with few rows */
+        wc.push_back({dt, 2, {1001, 16}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {777, 128}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {300, 264}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {3000, 512}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {97, 8}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {5, 40000}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 2, {20, 8192}, {0, 1}, -1, 0, 1});
+        wc.push_back({dt, 3, {9, 300, 64}, {0, 1, 2}, -1, 0, 1});
     }
     for (auto &c : wc) run_wsum(c, rng);
 
