@@ -200,9 +200,12 @@ FLASHC_API const char *flashc_cpu_isa(void);
  * flashc_cpu_isa(), space separated ("" when none). Today one:
  *   "avx512_bf16"  cpuid AVX512_BF16 with the avx512 path: the BF16 forward
  *                  uses vdpbf16ps (bf16 products, fp32 accumulation; see
- *                  Precision). FLASHC_CPU_BF16=0 in the environment turns it
- *                  off (BF16 then runs the fp32-conversion path); unlike
- *                  FLASHC_CPU_ISA it is read at every call. */
+ *                  Precision). On by default only where it is faster than
+ *                  the fp32 path (AMD; on Intel it issues on one port and
+ *                  measured slower). FLASHC_CPU_BF16=0 in the environment
+ *                  turns it off (BF16 then runs the fp32-conversion path),
+ *                  =1 on wherever the CPU has it; unlike FLASHC_CPU_ISA it is
+ *                  read at every call. */
 FLASHC_API const char *flashc_cpu_features(void);
 
 /* ------------------------------------------------------------------- tensor */
