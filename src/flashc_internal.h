@@ -55,22 +55,36 @@ typedef struct fc_attn {
 
 /* Visible keys of query row i: the union of the two disjoint half-open
  * ranges [0, *sink_end) and [*lo, *hi), with 0 ≤ *sink_end ≤ *lo ≤ *hi ≤ Sk.
- * This is the one place the masking semantics of flashc.h are written as
- * code; every backend derives its loop bounds from it (or mirrors it). */
-static inline void fc_visible_range(const fc_attn *a, int64_t i, int64_t *sink_end,
-                                    int64_t *lo, int64_t *hi) {
-    const int64_t diag = i + (a->Sk - a->Sq);
-    int64_t h = a->wr < 0 ? a->Sk : diag + a->wr + 1;
-    if (h > a->Sk) h = a->Sk;
+ * All three bounds are non-decreasing in i (the backward relies on it to
+ * find the query rows that see a key block). This is the one place the
+ * masking semantics of flashc.h are written as code: every backend, CPU and
+ * CUDA kernels alike, derives its loop bounds from it. wl/wr as in fc_attn
+ * (causal already folded into wr = 0; −1 open). */
+#if defined(__CUDACC__)
+#  define FC_HOST_DEVICE __host__ __device__
+#else
+#  define FC_HOST_DEVICE
+#endif
+static inline FC_HOST_DEVICE void fc_visible_keys(int64_t Sq, int64_t Sk, int64_t wl, int64_t wr,
+                                                  int64_t n_sink, int64_t i, int64_t *sink_end,
+                                                  int64_t *lo, int64_t *hi) {
+    const int64_t diag = i + (Sk - Sq);
+    int64_t h = wr < 0 ? Sk : diag + wr + 1;
+    if (h > Sk) h = Sk;
     if (h < 0) h = 0;
-    int64_t l = a->wl < 0 ? 0 : diag - a->wl;
+    int64_t l = wl < 0 ? 0 : diag - wl;
     if (l < 0) l = 0;
     if (l > h) l = h;
-    int64_t s = a->n_sink < l ? a->n_sink : l;
+    int64_t s = n_sink < l ? n_sink : l;
     if (s < 0) s = 0;
     *sink_end = s;
     *lo = l;
     *hi = h;
+}
+
+static inline FC_HOST_DEVICE void fc_visible_range(const fc_attn *a, int64_t i, int64_t *sink_end,
+                                                   int64_t *lo, int64_t *hi) {
+    fc_visible_keys(a->Sq, a->Sk, a->wl, a->wr, a->n_sink, i, sink_end, lo, hi);
 }
 
 /* ------------------------------------------------------ weighted row-sum */

@@ -71,20 +71,13 @@ struct BwdParams {
     int vec_out; /* packed 32-bit stores of dq/dk/dv (4-byte aligned pairs) */
 };
 
-/* fc_visible_range (flashc_internal.h), same code, int results. */
+/* fc_visible_range (flashc_internal.h) on the fields of BwdParams, int results. */
 __device__ __forceinline__ void vis_range(const BwdParams &p, int64_t i, int &s, int &lo, int &hi) {
-    const int64_t diag = i + (int64_t)(p.Sk - p.Sq);
-    int64_t h = p.wr < 0 ? p.Sk : diag + p.wr + 1;
-    if (h > p.Sk) h = p.Sk;
-    if (h < 0) h = 0;
-    int64_t l = p.wl < 0 ? 0 : diag - p.wl;
-    if (l < 0) l = 0;
-    if (l > h) l = h;
-    int64_t ss = p.n_sink < l ? p.n_sink : l;
-    if (ss < 0) ss = 0;
-    s = (int)ss;
-    lo = (int)l;
-    hi = (int)h;
+    int64_t s6, l6, h6;
+    fc_visible_keys(p.Sq, p.Sk, p.wl, p.wr, p.n_sink, i, &s6, &l6, &h6);
+    s = (int)s6;
+    lo = (int)l6;
+    hi = (int)h6;
 }
 
 /* Rows [row0, row0 + R) of a [*, D] slice (row stride rs) into smem rows of

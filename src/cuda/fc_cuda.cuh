@@ -103,25 +103,11 @@ template <> __device__ __forceinline__ double fcc_neg_inf<double>() { return -__
     }
 
 /* ------------------------------------------------------- visibility */
-/* Exact mirror of fc_visible_range (flashc_internal.h), callable on the
- * device. Visible keys of query row i: [0, sink_end) ∪ [lo, hi), with
- * 0 ≤ sink_end ≤ lo ≤ hi ≤ Sk. All three bounds are non-decreasing in i,
- * which the backward uses to find the query rows that see a key block. */
+/* fc_visible_range (flashc_internal.h) taking the problem by reference. */
 __host__ __device__ __forceinline__ void fcc_visible_range(const fc_attn &a, int64_t i,
                                                            int64_t *sink_end, int64_t *lo,
                                                            int64_t *hi) {
-    const int64_t diag = i + (a.Sk - a.Sq);
-    int64_t h = a.wr < 0 ? a.Sk : diag + a.wr + 1;
-    if (h > a.Sk) h = a.Sk;
-    if (h < 0) h = 0;
-    int64_t l = a.wl < 0 ? 0 : diag - a.wl;
-    if (l < 0) l = 0;
-    if (l > h) l = h;
-    int64_t s = a.n_sink < l ? a.n_sink : l;
-    if (s < 0) s = 0;
-    *sink_end = s;
-    *lo = l;
-    *hi = h;
+    fc_visible_keys(a.Sq, a.Sk, a.wl, a.wr, a.n_sink, i, sink_end, lo, hi);
 }
 
 static inline cudaStream_t fcc_stream(void *s) { return (cudaStream_t)s; }
