@@ -92,6 +92,13 @@ static inline int fc_work_cmp(const void *x, const void *y) {
     return p->blk < q->blk ? -1 : p->blk > q->blk;
 }
 
+/* One row block of the grouped forward: rows [r0, r0 + br) of the (query,
+ * group head) rows of batch b and kv head hk; ws is this thread's scratch. */
+typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws);
+/* Runs block over every (b, kv head, row block of br rows) under OpenMP,
+ * heaviest first, with a zeroed scratch of scratch_floats floats per thread. */
+flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_floats, fc_fwd_block_fn block);
+
 /* Per-row finish, shared by every path. acc is the unnormalised output row
  * relative to e^M (M = the row max in natural-log units, −inf when the row
  * saw nothing), l = Σ e^{x − M}. Writes the factor to multiply acc by, and

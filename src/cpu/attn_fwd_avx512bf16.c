@@ -345,45 +345,6 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     }
 }
 
-// As FN(run) of attn_fwd_body.h: work items (b, kv head, row block), heaviest first.
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a) {
-    const int64_t G = a->Hq / a->Hkv, R = a->Sq * G;
-    const int64_t nblk = (R + FC_BR - 1) / FC_BR, nouter = a->B * a->Hkv;
-    if (nblk == 0) return FLASHC_OK;
-    const int64_t nitems = nouter * nblk;
-    fc_work *work = (fc_work *)malloc((size_t)nitems * sizeof(fc_work));
-    if (!work) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: work list of %lld items",
-                                   (long long)nitems);
-    for (int64_t t = 0; t < nblk; ++t) {
-        const int64_t r0 = t * FC_BR, r1 = (r0 + FC_BR < R ? r0 + FC_BR : R);
-        fc_keysegs ks;
-        fc_block_keysegs(a, r0 / G, (r1 - 1) / G, &ks);
-        int64_t keys = 0;
-        for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
-        for (int64_t u = 0; u < nouter; ++u) work[u * nblk + t] = (fc_work){u, t, (keys + 1) * (r1 - r0)};
-    }
-    qsort(work, (size_t)nitems, sizeof(fc_work), fc_work_cmp);
-
-    int nt = omp_get_max_threads();
-    if ((int64_t)nt > nitems) nt = (int)nitems;
-    const size_t per = (FN(scratch_floats)(a->D) + 15) & ~(size_t)15; /* 64-byte rows */
-    float *scratch = (float *)aligned_alloc(64, (size_t)nt * per * sizeof(float));
-    if (!scratch) {
-        free(work);
-        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: %zu bytes of scratch",
-                            (size_t)nt * per * sizeof(float));
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        float *ws = scratch + (size_t)omp_get_thread_num() * per;
-        memset(ws, 0, per * sizeof(float));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < nitems; ++t) {
-            const int64_t u = work[t].outer;
-            FN(block)(a, u / a->Hkv, u % a->Hkv, work[t].blk * FC_BR, ws);
-        }
-    }
-    free(scratch);
-    free(work);
-    return FLASHC_OK;
+    return fc_fwd_run_grouped(a, FC_BR, FN(scratch_floats)(a->D), FN(block));
 }
