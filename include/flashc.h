@@ -77,8 +77,12 @@
  * forward of BF16 inputs uses bf16 products with fp32 accumulation: S = Q·Kᵀ
  * from the inputs as given (the products are exact), the softmax in fp32,
  * and P rounded to bf16 before P·V, as on CUDA; decode-sized calls (few
- * query rows per K/V head) keep the fp32 path. F64 inputs are computed in
- * F64 (the reference precision).
+ * query rows per K/V head) keep the fp32 path. The backward of F16/BF16
+ * inputs on the CUDA tensor-core kernels, and of BF16 inputs on CPUs with
+ * AVX512-BF16, likewise multiplies in the input type with fp32
+ * accumulation: S and dP from the inputs as given (exact products), P and
+ * dS rounded to the input type before the dV, dK and dQ products. F64
+ * inputs are computed in F64 (the reference precision).
  *
  * Backward (flashc_attn_bwd) recomputes the scores from q, k and lse:
  *   P_ij = exp(x_ij − L_i) (0 when not visible), Δ_i = Σ_d dO_id · O_id,

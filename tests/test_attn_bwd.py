@@ -410,3 +410,128 @@ def test_window_causal_conflict():
     q, k, v, do, o, lse, kw = _setup()
     _raises(_lib.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, do, q, k, v, o, lse,
             causal=True, window=(-1, 2))
+
+
+# ------------------------------- AVX512-BF16 backward (BF16 on vdpbf16ps)
+# BF16 inputs on a CPU with AVX512-BF16 (FLASHC_CPU_BF16=1) take the bf16
+# product path (src/cpu/attn_bwd_avx512bf16.c): S and dP from the bf16
+# inputs, P and dS rounded to bf16 before dV, dK, dQ, fp32 sums.
+# FLASHC_CPU_BF16=0 is the fp32 path. Both must be within the naive
+# same-precision tolerance of float64, and they must differ (so the fast path
+# really ran).
+
+BF16_FAST = {
+    "causal": (1, 130, 130, 2, 2, 64, {"causal": True}),
+    "gqa": (2, 100, 120, 4, 1, 40, {}),
+    "window_sinks_odd_d": (1, 150, 170, 3, 1, 33, {"window": (40, 7), "sink_tokens": 3,
+                                                    "sinks": True}),
+    "d128_causal_gqa": (1, 140, 131, 4, 2, 128, {"causal": True}),
+    "odd_everything": (1, 67, 71, 2, 1, 31, {"sinks": True, "softmax_scale": 0.3}),
+}
+
+
+def _bf16_fast_available():
+    return flashc.cpu_isa() == "avx512" and "avx512_bf16" in flashc.cpu_features()
+
+
+@pytest.mark.parametrize("mode", [None, "twopass"])
+@pytest.mark.parametrize("name", list(BF16_FAST))
+def test_bf16_fast_path_vs_fp32_path(name, mode, rng, monkeypatch):
+    monkeypatch.setenv("FLASHC_CPU_BF16", "1")
+    if not _bf16_fast_available():
+        pytest.skip("no AVX512-BF16 path here (isa %s, features %s)"
+                    % (flashc.cpu_isa(), flashc.cpu_features()))
+    if mode:
+        monkeypatch.setenv("FLASHC_CPU_BWD", mode)
+    else:
+        monkeypatch.delenv("FLASHC_CPU_BWD", raising=False)
+    dt = np_dtype("bfloat16")
+    B, Sq, Sk, Hq, Hkv, D, kw = BF16_FAST[name]
+    q, k, v, do, kw = make(rng, B, Sq, Sk, Hq, Hkv, D, kw, dt)
+    o, lse = flashc.attention(q, k, v, return_lse=True, **kw)
+    fast = flashc.attention_backward(do, q, k, v, o, lse, **kw)
+    monkeypatch.setenv("FLASHC_CPU_BF16", "0")
+    slow = flashc.attention_backward(do, q, k, v, o, lse, **kw)
+    kw64 = dict(kw)
+    if "sinks" in kw:
+        kw64["sinks"] = kw["sinks"].astype(np.float64)
+    ref = attention_backward_reference(*(a.astype(np.float64) for a in (do, q, k, v)), **kw64)
+    naive = naive_backward(do, q, k, v, o, lse, "bfloat16", **kw)
+    differ = False
+    for what, f, s, r, n in zip(("dq", "dk", "dv", "dsinks"), fast, slow, ref, naive):
+        if r is None:
+            continue
+        tdt = "float32" if what == "dsinks" else "bfloat16"
+        assert f.dtype == s.dtype
+        assert_close(f, r, n, tdt, "fast " + what, factor=4.0)
+        assert_close(s, r, n, tdt, "fp32 " + what, factor=4.0)
+        if what != "dsinks":  # d sinks comes from Δ and L only: the same on both paths
+            differ |= not np.array_equal(f, s)
+    assert differ, "FLASHC_CPU_BF16=1 gave the fp32 path's bits: fast path not taken"
+
+
+_BF16_DET_SCRIPT = r"""
+import hashlib
+import numpy as np
+import flashc
+from reference import np_dtype
+dt = np_dtype("bfloat16")
+rng = np.random.default_rng(11)
+h = hashlib.sha256()
+for kw in ({"causal": True}, {"window": (70, 20), "sink_tokens": 3}):
+    q = rng.standard_normal((2, 200, 4, 48)).astype(dt)
+    k = rng.standard_normal((2, 230, 2, 48)).astype(dt)
+    v = rng.standard_normal((2, 230, 2, 48)).astype(dt)
+    do = rng.standard_normal((2, 200, 4, 48)).astype(dt)
+    s = rng.standard_normal(4).astype(np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, sinks=s, **kw)
+    for g in flashc.attention_backward(do, q, k, v, o, lse, sinks=s, **kw):
+        h.update(np.ascontiguousarray(g).tobytes())
+print(h.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("mode", [None, "twopass"])
+def test_bf16_fast_path_deterministic_across_thread_counts(mode, monkeypatch):
+    monkeypatch.setenv("FLASHC_CPU_BF16", "1")
+    if not _bf16_fast_available():
+        pytest.skip("no AVX512-BF16 path here")
+    here = os.path.dirname(os.path.abspath(__file__))
+    digests = []
+    for threads in (1, 2):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), FLASHC_CPU_BF16="1")
+        env.pop("FLASHC_CPU_BWD", None)
+        if mode:
+            env["FLASHC_CPU_BWD"] = mode
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(here), "python"), here,
+                                             env.get("PYTHONPATH", "")])
+        r = subprocess.run([sys.executable, "-c", _BF16_DET_SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        digests.append(r.stdout.strip())
+    assert digests[0] == digests[1]
+
+@pytest.mark.parametrize("D", [31, 48, 128])
+def test_bf16_fast_path_any_strides(D, rng, monkeypatch):
+    """Unit-stride bf16 rows are packed straight from memory, others through
+    the fp32 packs: the same bf16 operands, so the same bits."""
+    monkeypatch.setenv("FLASHC_CPU_BF16", "1")
+    if not _bf16_fast_available():
+        pytest.skip("no AVX512-BF16 path here")
+    dt = np_dtype("bfloat16")
+    B, Sq, Sk, Hq, Hkv, kw = 2, 71, 83, 4, 2, {"causal": True, "sinks": True}
+    q, k, v, do, kw = make(rng, B, Sq, Sk, Hq, Hkv, D, kw, dt)
+    o, lse = flashc.attention(q, k, v, return_lse=True, **kw)
+    base = flashc.attention_backward(do, q, k, v, o, lse, **kw)
+    def d_stride2(x):  # d-stride 2: the fp32-pack route
+        buf = np.full(x.shape[:3] + (2 * x.shape[3],), np.nan, x.dtype)
+        buf[..., ::2] = x
+        return buf[..., ::2]
+
+    for layout in (("padded_reversed", "bhsd"), ("d2", "d2"), ("bhsd", "d2"), ("d2", "bhsd")):
+        ins = [d_stride2(x) if kind == "d2" else _strided(x, rng, kind)
+               for x, kind in zip((do, q, k, v, o), layout + ("padded_reversed", "bhsd", "bhsd"))]
+        got = flashc.attention_backward(*ins, lse, **kw)
+        for x, y in zip(got, base):
+            np.testing.assert_array_equal(x, y)
+# ----------------------------- end of AVX512-BF16 backward (fast path)

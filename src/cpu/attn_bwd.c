@@ -30,6 +30,11 @@
  *           for dQ, recomputing S and dP (7 tile GEMMs) but with no partials.
  * Every task owns the rows it writes and sums each element in a fixed order,
  * so the result is bit-identical across runs and thread counts.
+ *
+ * BF16 with AVX512-BF16 (fc_cpu_has_avx512bf16(), ctx.bf): the same tiles
+ * and order, with the tile GEMMs on vdpbf16ps (attn_bwd_avx512bf16.c) as
+ * FlashAttention's backward: S, dP from the bf16 inputs (exact products),
+ * P and dS' rounded to bf16 for dV, dK, dQ; fp32 sums throughout.
  */
 #include "attn_bwd.h"
 
@@ -91,6 +96,7 @@ typedef struct bwd_ctx {
     const void *L, *delta; /* [B, Hq, Sq] in the working precision */
     int64_t nchunk;        /* fused mode: key blocks split into this many chunks */
     void *dqp;             /* fused mode: dQ partials [nchunk, B, Hq, Sq, Dp]; else NULL */
+    int bf;                /* BF16 on vdpbf16ps (fc_bwd_bf16_*): bf16 operands, fp32 sums */
 } bwd_ctx;
 
 #define BUF(base, off_elems) ((void *)((char *)(base) + (size_t)(off_elems) * c->esz))
@@ -102,6 +108,7 @@ typedef struct bwd_scratch {
     void *s, *dp;       /* [BR×BC] (pass 1) | [BC×BR] (pass 2) */
     void *acc1, *acc2;  /* dK, dV [BC×Dp] (pass 1) | dQ [BR×Dp] (pass 2) */
     void *kr;           /* K [BC×Dp] (pass 1 when it also makes dQ) */
+    void *x[10];        /* bf mode: bf16 operands (see pass1_task / pass2_task) */
     int32_t *se, *lo, *hi;      /* tile-relative visibility, 64 entries */
     int64_t *ase, *alo, *ahi;   /* absolute visibility of the query block */
 } bwd_scratch;
@@ -111,7 +118,8 @@ static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 static size_t scratch_bytes(const bwd_ctx *c) {
     const size_t big = round64((size_t)c->Dp * 64 * c->esz);
     const size_t sq = round64((size_t)BR * BC * c->esz);
-    return 7 * big + 2 * sq + 3 * round64(64 * 4) + 3 * round64(64 * 8);
+    const size_t bfp = c->bf ? 10 * (big > sq ? big : sq) : 0;
+    return 7 * big + 2 * sq + bfp + 3 * round64(64 * 4) + 3 * round64(64 * 8);
 }
 
 static void scratch_carve(const bwd_ctx *c, char *p, bwd_scratch *s) {
@@ -126,6 +134,10 @@ static void scratch_carve(const bwd_ctx *c, char *p, bwd_scratch *s) {
     s->kr = p; p += big;
     s->s = p; p += sq;
     s->dp = p; p += sq;
+    for (int i = 0; i < 10; ++i) {
+        s->x[i] = p;
+        if (c->bf) p += big > sq ? big : sq;
+    }
     s->se = (int32_t *)p; p += round64(64 * 4);
     s->lo = (int32_t *)p; p += round64(64 * 4);
     s->hi = (int32_t *)p; p += round64(64 * 4);
@@ -142,6 +154,40 @@ static inline void row_range(const bwd_ctx *c, int64_t lidx, int64_t i, int64_t 
         return;
     }
     fc_visible_range(c->a, i, se, lo, hi);
+}
+
+/* ---------------------------------------------------------------- bf16 */
+/* One pass-1 tile on vdpbf16ps, as FlashAttention's backward on GPUs:
+ * S = Q Kᵀ and dP = dO Vᵀ from the bf16 inputs (exact products), P and dS'
+ * rounded to bf16 (nearest even) for dV += Pᵀ dO, dK += dS'ᵀ Q and
+ * dQ += dS' K; every sum in fp32. In: x[0], x[1] = Kᵀ, Vᵀ as dim pairs
+ * [Dp/2×BC], x[2] = K as key pairs [BC/2×Dp] (when dq is given); Q, dO rows
+ * [nr×Dp] as bf16 rows in x[3], x[4] and as pairs of rows in x[5], x[6]
+ * when packed, else (packed = 0) as fp32 copies in w->r1, w->r2. */
+static void pass1_tile_bf16(const bwd_ctx *c, bwd_scratch *w, int nr, int nc, const void *L,
+                            const void *delta, char *dq, int packed) {
+    const fc_attn *a = c->a;
+    const int D = (int)a->D, Dp = (int)c->Dp;
+    const int D2 = (D + 1) / 2, R2 = (nr + 1) / 2, C2 = (nc + 1) / 2;
+    uint16_t *qb = w->x[3], *ob = w->x[4], *dsb = w->x[9];
+    uint32_t *qp = w->x[5], *op = w->x[6], *pp = w->x[7], *dsp = w->x[8];
+    if (!packed) {
+        fc_bwd_bf16_cvt_rows(w->r1, Dp, nr, Dp, qb, Dp); /* Q, dO rows: pairs of dims */
+        fc_bwd_bf16_cvt_rows(w->r2, Dp, nr, Dp, ob, Dp);
+        fc_bwd_bf16_pair_rows(w->r1, Dp, nr, Dp, qp, Dp); /* Q, dO: pairs of query rows */
+        fc_bwd_bf16_pair_rows(w->r2, Dp, nr, Dp, op, Dp);
+    }
+    fc_bwd_bf16_gemm(nr, BC, D2, (const uint32_t *)qb, Dp / 2, 1, w->x[0], BC, w->s, BC, 0);
+    fc_bwd_bf16_gemm(nr, BC, D2, (const uint32_t *)ob, Dp / 2, 1, w->x[1], BC, w->dp, BC, 0);
+    c->kk->ew_q(nr, BC, w->s, w->dp, BC, L, delta, a->scale, w->se, w->lo, w->hi);
+    fc_bwd_bf16_pair_rows(w->s, BC, nr, BC, pp, BC);   /* Pᵀ, dS'ᵀ: pairs of query rows */
+    fc_bwd_bf16_pair_rows(w->dp, BC, nr, BC, dsp, BC);
+    fc_bwd_bf16_gemm(nc, Dp, R2, dsp, 1, BC, qp, Dp, w->acc1, Dp, 1); /* dK += dS'ᵀ Q */
+    fc_bwd_bf16_gemm(nc, Dp, R2, pp, 1, BC, op, Dp, w->acc2, Dp, 1);  /* dV += Pᵀ dO  */
+    if (dq) { /* dQ += dS' K; columns ≥ nc of dS' are 0 (P = 0 there) */
+        fc_bwd_bf16_cvt_rows(w->dp, BC, nr, BC, dsb, BC);
+        fc_bwd_bf16_gemm(nr, Dp, C2, (const uint32_t *)dsb, BC / 2, 1, w->x[2], Dp, (float *)dq, Dp, 1);
+    }
 }
 
 /* ---------------------------------------------------------------- pass 1 */
@@ -197,16 +243,35 @@ static void pass1_task(const bwd_ctx *c, bwd_scratch *w, int64_t b, int64_t hk, 
                 if (dqp)
                     kk->pack(dt, (const char *)a->k + koff * (int64_t)flashc_dtype_size(dt),
                              a->sk[1], a->sk[3], nc, D, Dp, w->kr, Dp);
+                if (c->bf) { /* Kᵀ, Vᵀ as pairs of dims; K as pairs of keys (for dQ) */
+                    fc_bwd_bf16_pair_rows(w->t1, BC, D, BC, w->x[0], BC);
+                    fc_bwd_bf16_pair_rows(w->t2, BC, D, BC, w->x[1], BC);
+                    if (dqp) fc_bwd_bf16_pair_rows(w->kr, Dp, nc, Dp, w->x[2], Dp);
+                }
                 have_k = 1;
             }
             const int64_t qoff = b * a->sq[0] + i0 * a->sq[1] + h * a->sq[2];
             const int64_t ooff = b * a->sdo[0] + i0 * a->sdo[1] + h * a->sdo[2];
             const size_t ds = flashc_dtype_size(dt);
+            if (c->bf && a->sq[3] == 1 && a->sdo[3] == 1) { /* bf16 rows straight in */
+                fc_bwd_bf16_pack_both((const uint16_t *)a->q + qoff, a->sq[1], nr, D, Dp,
+                                      w->x[3], Dp, w->x[5], Dp);
+                fc_bwd_bf16_pack_both((const uint16_t *)a->dout + ooff, a->sdo[1], nr, D, Dp,
+                                      w->x[4], Dp, w->x[6], Dp);
+                pass1_tile_bf16(c, w, nr, nc, BUF(c->L, lrow + i0), BUF(c->delta, lrow + i0),
+                                dqp ? dqp + (size_t)((g * a->Sq + i0) * Dp) * c->esz : NULL, 1);
+                continue;
+            }
             kk->pack(dt, (const char *)a->q + qoff * (int64_t)ds, a->sq[1], a->sq[3], nr, D, Dp,
                      w->r1, Dp);
             kk->pack(dt, (const char *)a->dout + ooff * (int64_t)ds, a->sdo[1], a->sdo[3], nr,
                      D, Dp, w->r2, Dp);
 
+            if (c->bf) {
+                pass1_tile_bf16(c, w, nr, nc, BUF(c->L, lrow + i0), BUF(c->delta, lrow + i0),
+                                dqp ? dqp + (size_t)((g * a->Sq + i0) * Dp) * c->esz : NULL, 0);
+                continue;
+            }
             kk->gemm(nr, BC, D, w->r1, Dp, 1, w->t1, BC, w->s, BC, 0);  /* S  = Q Kᵀ  */
             kk->gemm(nr, BC, D, w->r2, Dp, 1, w->t2, BC, w->dp, BC, 0); /* dP = dO Vᵀ */
             kk->ew_q(nr, BC, w->s, w->dp, BC, BUF(c->L, lrow + i0), BUF(c->delta, lrow + i0),
@@ -279,6 +344,10 @@ static void pass2_task(const bwd_ctx *c, bwd_scratch *w, int64_t b, int64_t h, i
                      w->t1, BR);
             kk->pack(dt, (const char *)a->dout + ooff * (int64_t)ds, a->sdo[3], a->sdo[1], D,
                      nr, BR, w->t2, BR);
+            if (c->bf) { /* Qᵀ, dOᵀ as pairs of dims */
+                fc_bwd_bf16_pair_rows(w->t1, BR, D, BR, w->x[0], BR);
+                fc_bwd_bf16_pair_rows(w->t2, BR, D, BR, w->x[1], BR);
+            }
             have_q = 1;
         }
         const int64_t koff = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
@@ -288,6 +357,21 @@ static void pass2_task(const bwd_ctx *c, bwd_scratch *w, int64_t b, int64_t h, i
         kk->pack(dt, (const char *)a->v + voff * (int64_t)ds, a->sv[1], a->sv[3], nc, D, Dp,
                  w->r2, Dp);
 
+        if (c->bf) { /* as pass1_tile_bf16: exact S, dP; dS' rounded to bf16 for dQ */
+            const int D2 = (D + 1) / 2, C2 = (nc + 1) / 2;
+            uint16_t *kb = w->x[3], *vb = w->x[4];
+            uint32_t *kp = w->x[5], *dsp = w->x[6];
+            fc_bwd_bf16_cvt_rows(w->r1, Dp, nc, Dp, kb, Dp);
+            fc_bwd_bf16_cvt_rows(w->r2, Dp, nc, Dp, vb, Dp);
+            fc_bwd_bf16_pair_rows(w->r1, Dp, nc, Dp, kp, Dp);
+            fc_bwd_bf16_gemm(nc, np, D2, (const uint32_t *)kb, Dp / 2, 1, w->x[0], BR, w->s, BR, 0);
+            fc_bwd_bf16_gemm(nc, np, D2, (const uint32_t *)vb, Dp / 2, 1, w->x[1], BR, w->dp, BR, 0);
+            kk->ew_k(nc, np, w->s, w->dp, BR, BUF(c->L, lrow), BUF(c->delta, lrow), a->scale,
+                     w->se, w->lo, w->hi);
+            fc_bwd_bf16_pair_rows(w->dp, BR, nc, np, dsp, BR);
+            fc_bwd_bf16_gemm(nr, Dp, C2, dsp, 1, BR, kp, Dp, w->acc1, Dp, 1);
+            continue;
+        }
         kk->gemm(nc, np, D, w->r1, Dp, 1, w->t1, BR, w->s, BR, 0);  /* Sᵀ  = K Qᵀ  */
         kk->gemm(nc, np, D, w->r2, Dp, 1, w->t2, BR, w->dp, BR, 0); /* dPᵀ = V dOᵀ */
         kk->ew_k(nc, np, w->s, w->dp, BR, BUF(c->L, lrow), BUF(c->delta, lrow), a->scale,
@@ -397,6 +481,7 @@ flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
     c->a = a;
     c->kk = pick_kernels(a->dtype);
     c->esz = c->kk->esz;
+    c->bf = a->dtype == FLASHC_BF16 && c->kk == &fc_bwd_avx512_f32 && fc_cpu_has_avx512bf16();
     c->G = a->Hq / a->Hkv;
     c->Dp = (a->D + FC_BWD_NPAD - 1) / FC_BWD_NPAD * FC_BWD_NPAD;
     c->nqb = (a->Sq + BR - 1) / BR;

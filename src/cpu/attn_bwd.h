@@ -62,4 +62,25 @@ extern const fc_bwd_kern fc_bwd_avx512_f32;
 void fc_bwd_pack_generic(size_t esz, int dtype, const void *src, int64_t rs, int64_t cs,
                          int rows, int cols, int cols_pad, void *dst, ptrdiff_t ld);
 
+/* AVX512-BF16 pieces (attn_bwd_avx512bf16.c), for BF16 inputs when
+ * fc_cpu_has_avx512bf16(). Operands hold bf16 pairs along the reduction axis
+ * (uint32: low half = even k, high half = odd k); cols / N are multiples of
+ * FC_BWD_NPAD.
+ * gemm: c[m*ldc + n] (+)= Σ_{k2<K2} a_pair[m*ars + k2*acs] · b_pair[k2*ldb + n]
+ *       (vdpbf16ps, fp32 accumulation; accumulate = 0 overwrites c).
+ * cvt_rows:  dst[r*ldd + c] = bf16(src[r*lds + c]) (pairs = adjacent columns).
+ * pair_rows: dst[(r/2)*ldd + c] = (bf16(src[r][c]), bf16(src[r+1][c])) for
+ *            even r < rows; an odd last row is paired with 0. */
+void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+void fc_bwd_bf16_cvt_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint16_t *dst,
+                          ptrdiff_t ldd);
+void fc_bwd_bf16_pair_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint32_t *dst,
+                           ptrdiff_t ldd);
+/* pack_both: from bf16 rows with unit column stride (src[r*rs + c]), both
+ * forms at once: rows as cvt_rows, pairs of rows as pair_rows; cols_pad a
+ * multiple of FC_BWD_NPAD, zeros from cols on. */
+void fc_bwd_bf16_pack_both(const uint16_t *src, int64_t rs, int rows, int cols, int cols_pad,
+                           uint16_t *dst_rows, ptrdiff_t ldr, uint32_t *dst_pairs, ptrdiff_t ldp);
+
 #endif /* FC_CPU_ATTN_BWD_H */

@@ -1,0 +1,136 @@
+/* Attention backward: AVX512-BF16 pieces for BF16 inputs (attn_bwd.h,
+ * fc_bwd_bf16_*). Compiled with the AVX-512 flags plus -mavx512bf16
+ * (CMakeLists.txt); used by attn_bwd.c only when fc_cpu_has_avx512bf16().
+ *
+ * vdpbf16ps adds, per fp32 lane, the two products of a pair of bf16 values
+ * (exact in fp32) to the accumulator, so every operand is laid out with the
+ * reduction axis in pairs (uint32 = low bf16 for the even k, high for the
+ * odd k):
+ *   cvt_rows:  a row-major fp32 matrix rounded to bf16 in place order — the
+ *              pairs of a row are consecutive elements of the row (an operand
+ *              whose reduction axis is the row axis);
+ *   pair_rows: rows 2r, 2r+1 of a row-major fp32 matrix interleaved element
+ *              by element (an operand whose reduction axis is the column
+ *              axis); an odd last row is paired with zeros.
+ * Rounding is to nearest even (vcvtne[2]ps2bf16); inputs that were bf16 to
+ * begin with pass through unchanged. */
+#include "attn_bwd.h"
+
+#include <immintrin.h>
+
+#define FC_AI static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------------------- gemm */
+/* Register tile MR rows × NV vectors of 16 lanes: per pair step, NV loads of
+ * b, MR 32-bit broadcasts of a, MR·NV vdpbf16ps. */
+FC_AI void mkbf(const int MR, const int NV, int K2, const uint32_t *a, ptrdiff_t ars,
+                ptrdiff_t acs, const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+                int accumulate) {
+    __m512 acc[6][4];
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v)
+            acc[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int k = 0; k < K2; ++k) {
+        __m512bh bv[4];
+        const uint32_t *bk = b + (ptrdiff_t)k * ldb, *ak = a + (ptrdiff_t)k * acs;
+        for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bk + 16 * v);
+        for (int m = 0; m < MR; ++m) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ak[m * ars]);
+            for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av, bv[v]);
+        }
+    }
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+}
+
+#define MK_CASE(MR, NV) \
+    case (MR) * 8 + (NV): mkbf(MR, NV, K2, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+
+static void mkbf_dispatch(int mr, int nv, int K2, const uint32_t *a, ptrdiff_t ars,
+                          ptrdiff_t acs, const uint32_t *b, ptrdiff_t ldb, float *c,
+                          ptrdiff_t ldc, int accumulate) {
+    switch (mr * 8 + nv) {
+    MK_CASE(1, 1) MK_CASE(1, 2) MK_CASE(1, 3) MK_CASE(1, 4)
+    MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3) MK_CASE(2, 4)
+    MK_CASE(3, 1) MK_CASE(3, 2) MK_CASE(3, 3) MK_CASE(3, 4)
+    MK_CASE(4, 1) MK_CASE(4, 2) MK_CASE(4, 3) MK_CASE(4, 4)
+    MK_CASE(5, 1) MK_CASE(5, 2) MK_CASE(5, 3) MK_CASE(5, 4)
+    MK_CASE(6, 1) MK_CASE(6, 2) MK_CASE(6, 3) MK_CASE(6, 4)
+    default: break;
+    }
+}
+
+void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+    for (int n0 = 0; n0 < N; n0 += 64) {
+        const int nv = (N - n0 >= 64 ? 64 : N - n0) / 16;
+        for (int m0 = 0; m0 < M; m0 += 6) {
+            const int mr = M - m0 >= 6 ? 6 : M - m0;
+            mkbf_dispatch(mr, nv, K2, a + (ptrdiff_t)m0 * ars, ars, acs, b + n0, ldb,
+                          c + (ptrdiff_t)m0 * ldc + n0, ldc, accumulate);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ packs */
+void fc_bwd_bf16_cvt_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint16_t *dst,
+                          ptrdiff_t ldd) {
+    for (int r = 0; r < rows; ++r) {
+        const float *s = src + (ptrdiff_t)r * lds;
+        uint16_t *d = dst + (ptrdiff_t)r * ldd;
+        int c = 0;
+        for (; c + 32 <= cols; c += 32) {
+            const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+            _mm512_storeu_si512(d + c, (__m512i)h);
+        }
+        for (; c < cols; c += 16)
+            _mm256_storeu_si256((__m256i *)(d + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c)));
+    }
+}
+
+void fc_bwd_bf16_pair_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint32_t *dst,
+                           ptrdiff_t ldd) {
+    /* vcvtne2ps2bf16 puts row 2r's 16 values in the low half and row 2r+1's
+     * in the high half; this interleaves them into pairs. */
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int r = 0; r < rows; r += 2) {
+        const float *s0 = src + (ptrdiff_t)r * lds, *s1 = s0 + lds;
+        const int two = r + 1 < rows;
+        uint32_t *d = dst + (ptrdiff_t)(r / 2) * ldd;
+        for (int c = 0; c < cols; c += 16) {
+            const __m512 x = _mm512_loadu_ps(s0 + c);
+            const __m512 y = two ? _mm512_loadu_ps(s1 + c) : _mm512_setzero_ps();
+            const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(y, x);
+            _mm512_storeu_si512(d + c, _mm512_permutexvar_epi16(ilv, h));
+        }
+    }
+}
+
+/* Straight from bf16 rows with unit column stride (no fp32 round trip):
+ * rows[r*ldr + c] = src[r*rs + c] and pairs[(r/2)*ldp + c] = (src[r][c],
+ * src[r+1][c]) for c < cols, zero for cols ≤ c < cols_pad (a multiple of 16);
+ * an odd last row is paired with zeros. */
+void fc_bwd_bf16_pack_both(const uint16_t *src, int64_t rs, int rows, int cols, int cols_pad,
+                           uint16_t *dst_rows, ptrdiff_t ldr, uint32_t *dst_pairs, ptrdiff_t ldp) {
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int r = 0; r < rows; r += 2) {
+        const int two = r + 1 < rows;
+        const uint16_t *s0 = src + r * rs, *s1 = s0 + rs;
+        uint16_t *d0 = dst_rows + (ptrdiff_t)r * ldr, *d1 = d0 + ldr;
+        uint32_t *p = dst_pairs + (ptrdiff_t)(r / 2) * ldp;
+        for (int c = 0; c < cols_pad; c += 32) {
+            const int n = cols - c, w = cols_pad - c;
+            const __mmask32 m = n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1u);
+            const __mmask32 mw = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
+            const __m512i x = _mm512_maskz_loadu_epi16(m, s0 + c);
+            const __m512i y = two ? _mm512_maskz_loadu_epi16(m, s1 + c) : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi16(d0 + c, mw, x);
+            if (two) _mm512_mask_storeu_epi16(d1 + c, mw, y);
+            _mm512_storeu_si512(p + c, _mm512_permutex2var_epi16(x, lo, y));
+            if (w > 16) _mm512_storeu_si512(p + c + 16, _mm512_permutex2var_epi16(x, hi, y));
+        }
+    }
+}
