@@ -7,8 +7,11 @@
  *                   thread count (no atomics, no thread-dependent split).
  * Accumulation in fp32 (F64 in F64). Memory-bound: rows are converted to
  * fp32 in chunks so the inner loops are plain unit-stride arrays the
- * compiler vectorises. */
-#include "flashc_internal.h"
+ * compiler vectorises.
+ * This file is the reference (FLASHC_CPU_ISA=scalar) and the path for
+ * strided D axes; unit-stride cases go to weighted_sum_avx2.c /
+ * weighted_sum_avx512.c (weighted_sum_body.h), chosen by fc_cpu_isa_level(). */
+#include "weighted_sum.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +88,13 @@ static void fwd_f32(const fc_wsum *p, const float *w) {
 
 flashc_status fc_cpu_weighted_sum(const fc_wsum *p) {
     if (p->R == 0) return FLASHC_OK;
+    if (fc_wsum_simd_ok_fwd(p)) {
+        switch (fc_cpu_isa_level()) {
+        case FC_ISA_AVX512: return fc_wsum_fwd_avx512(p);
+        case FC_ISA_AVX2: return fc_wsum_fwd_avx2(p);
+        default: break;
+        }
+    }
     if (p->dtype == FLASHC_F64) {
         fwd_f64(p);
         return FLASHC_OK;
@@ -100,10 +110,7 @@ flashc_status fc_cpu_weighted_sum(const fc_wsum *p) {
 
 /* ----------------------------------------------------------- backward */
 /* Rows per partial block: a function of R only, never of the thread count. */
-static int64_t rows_per_block(int64_t R) {
-    int64_t rpb = (R + 4095) / 4096;
-    return rpb < 64 ? 64 : rpb;
-}
+#define rows_per_block fc_wsum_rows_per_block
 
 static flashc_status bwd_f64(const fc_wsum *p) {
     const double *w = (const double *)p->w;
@@ -212,5 +219,12 @@ flashc_status fc_cpu_weighted_sum_bwd(const fc_wsum *p) {
         return FLASHC_OK;
     }
     if (p->R == 0) return FLASHC_OK;
+    if (fc_wsum_simd_ok_bwd(p)) {
+        switch (fc_cpu_isa_level()) {
+        case FC_ISA_AVX512: return fc_wsum_bwd_avx512(p);
+        case FC_ISA_AVX2: return fc_wsum_bwd_avx2(p);
+        default: break;
+        }
+    }
     return p->dtype == FLASHC_F64 ? bwd_f64(p) : bwd_f32(p);
 }
