@@ -92,6 +92,58 @@ static inline int fc_work_cmp(const void *x, const void *y) {
     return p->blk < q->blk ? -1 : p->blk > q->blk;
 }
 
+/* Key bounds inside one key tile [j0, j0 + nb) for a block of query rows
+ * r0..r0+br of the grouped layout (row r is query (r0 + r) / G; rows ≥ nr
+ * are padding and repeat the last query). se/lo/hi hold the visible ranges
+ * of queries ia..ia+np-1. Per row: sel/lol/hil, the tile-relative bounds the
+ * mask kernel uses (partial tiles only). Per group of rg rows: [jlo, jhi),
+ * the keys some row of the group sees, so the kernels skip the far side of
+ * a causal diagonal or a narrow window; groups of padding rows get an empty
+ * range. */
+static inline void fc_tile_row_bounds(int partial, int br, int rg, int64_t r0, int nr, int64_t G,
+                                      int64_t ia, int np, const int64_t *se, const int64_t *lo,
+                                      const int64_t *hi, int64_t j0, int nb, int32_t *sel,
+                                      int32_t *lol, int32_t *hil, int32_t *jlo, int32_t *jhi) {
+    if (partial) {
+        for (int r = 0; r < br; ++r) {
+            const int p = r < nr ? (int)((r0 + r) / G - ia) : np - 1;
+            int64_t x;
+            x = se[p] - j0; sel[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+            x = lo[p] - j0; lol[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+            x = hi[p] - j0; hil[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+        }
+        for (int g = 0; g < br / rg; ++g) {
+            int32_t first = nb, last = 0; /* [first, last) */
+            for (int r = g * rg; r < (g + 1) * rg; ++r) {
+                const int win = lol[r] < hil[r];
+                const int32_t f = sel[r] > 0 ? 0 : win ? lol[r] : nb;
+                const int32_t e = win && hil[r] > sel[r] ? hil[r] : sel[r];
+                if (f < first) first = f;
+                if (e > last) last = e;
+            }
+            jlo[g] = first < last ? first : 0;
+            jhi[g] = first < last ? last : 0;
+        }
+    } else {
+        for (int g = 0; g < br / rg; ++g) { jlo[g] = 0; jhi[g] = nb; }
+    }
+    for (int g = (nr + rg - 1) / rg; g < br / rg; ++g) jlo[g] = jhi[g] = 0;
+}
+
+/* Prefetches (into L2) the K and V rows [j1, n1) of kv head hk, batch b,
+ * for the next tile; only for unit d-strides (rows are contiguous). */
+static inline void fc_prefetch_kv(const fc_attn *a, int64_t b, int64_t hk, int64_t j1, int64_t n1, size_t esz) {
+    if (a->sk[3] != 1 || a->sv[3] != 1) return;
+    for (int64_t j = j1; j < n1; ++j) {
+        const char *kr = (const char *)a->k + (b * a->sk[0] + j * a->sk[1] + hk * a->sk[2]) * (int64_t)esz;
+        const char *vr = (const char *)a->v + (b * a->sv[0] + j * a->sv[1] + hk * a->sv[2]) * (int64_t)esz;
+        for (int64_t x = 0; x < a->D * (int64_t)esz; x += 64) {
+            __builtin_prefetch(kr + x, 0, 2);
+            __builtin_prefetch(vr + x, 0, 2);
+        }
+    }
+}
+
 /* One row block of the grouped forward: rows [r0, r0 + br) of the (query,
  * group head) rows of batch b and kv head hk; ws is this thread's scratch. */
 typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws);

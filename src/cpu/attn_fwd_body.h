@@ -118,47 +118,13 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             /* K/V of a long sequence live in L3 (a block streams all of its
              * head's keys): fetch the next tile into L2 while this one is
              * computed, so that reading it does not stall. */
-            if (a->sk[3] == 1 && a->sv[3] == 1) {
-                const int64_t n1 = j1 + FC_BC < ks.s1[sg] ? j1 + FC_BC : ks.s1[sg];
-                for (int64_t j = j1; j < n1; ++j) {
-                    const char *kr = (const char *)a->k + (b * a->sk[0] + j * a->sk[1] + hk * a->sk[2]) * (int64_t)esz;
-                    const char *vr = (const char *)a->v + (b * a->sv[0] + j * a->sv[1] + hk * a->sv[2]) * (int64_t)esz;
-                    for (int64_t x = 0; x < D * (int64_t)esz; x += 64) {
-                        __builtin_prefetch(kr + x, 0, 2);
-                        __builtin_prefetch(vr + x, 0, 2);
-                    }
-                }
-            }
+            fc_prefetch_kv(a, b, hk, j1, j1 + FC_BC < ks.s1[sg] ? j1 + FC_BC : ks.s1[sg], esz);
             /* Per group of FC_RG rows, the keys [jlo, jhi) of the tile that
              * some row of the group sees: the kernels skip the rest (the
              * far side of a causal diagonal, beyond a narrow window). */
             int32_t jlo[FC_BR / FC_RG], jhi[FC_BR / FC_RG];
-            if (kind == FC_TILE_PARTIAL) {
-                for (int r = 0; r < FC_BR; ++r) {
-                    const int p = r < nr ? (int)((r0 + r) / G - ia) : np - 1;
-                    int64_t x;
-                    x = se[p] - j0; sel[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                    x = lo[p] - j0; lol[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                    x = hi[p] - j0; hil[r] = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                }
-                for (int g = 0; g < FC_BR / FC_RG; ++g) {
-                    int32_t first = nb, last = 0; /* [first, last) */
-                    for (int r = g * FC_RG; r < (g + 1) * FC_RG; ++r) {
-                        const int win = lol[r] < hil[r];
-                        const int32_t f = sel[r] > 0 ? 0 : win ? lol[r] : nb;
-                        const int32_t e = win && hil[r] > sel[r] ? hil[r] : sel[r];
-                        if (f < first) first = f;
-                        if (e > last) last = e;
-                    }
-                    jlo[g] = first < last ? first : 0;
-                    jhi[g] = first < last ? last : 0;
-                }
-            } else {
-                for (int g = 0; g < FC_BR / FC_RG; ++g) { jlo[g] = 0; jhi[g] = nb; }
-            }
-            /* Groups of padding rows only (a short last block, a decode
-             * step) cost nothing. */
-            for (int g = (nr + FC_RG - 1) / FC_RG; g < FC_BR / FC_RG; ++g) jlo[g] = jhi[g] = 0;
+            fc_tile_row_bounds(kind == FC_TILE_PARTIAL, FC_BR, FC_RG, r0, nr, G, ia, np, se, lo, hi, j0, nb,
+                               sel, lol, hil, jlo, jhi);
             /* st[j][r] = Σ_d qt[d][r]·kt[j][d] for j < nb; entries outside
              * the group's [jlo, jhi) may be left stale (the mask overwrites
              * them), rows of st up to nb rounded to the kernel's key
