@@ -88,6 +88,40 @@ template <class F> __device__ __forceinline__ int64_t fcc_lower_bound(int64_t n,
     return lo;
 }
 
+
+/* S = Q Kᵀ and dP = dO Vᵀ for one register tile: rows ty + 16r of Qs/dOs,
+ * key columns tx + 16c of Ks/Vs (shared-memory rows of pitch LD), summed
+ * over d < D in order. Shared by the dK/dV and the dQ kernels. */
+template <typename A, int RM, int RN, int LD, typename S>
+__device__ __forceinline__ void fcc_tile_s_dp(const S *Qs, const S *dOs, const S *Ks, const S *Vs, int D,
+                                              int ty, int tx, A (&s)[RM][RN], A (&dp)[RM][RN]) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+#pragma unroll
+        for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
+#pragma unroll 2
+    for (int d = 0; d < D; ++d) {
+        A qv[RM], ov[RM], kv[RN], vv[RN];
+#pragma unroll
+        for (int r = 0; r < RM; ++r) {
+            qv[r] = Qs[(ty + 16 * r) * LD + d];
+            ov[r] = dOs[(ty + 16 * r) * LD + d];
+        }
+#pragma unroll
+        for (int c = 0; c < RN; ++c) {
+            kv[c] = Ks[(tx + 16 * c) * LD + d];
+            vv[c] = Vs[(tx + 16 * c) * LD + d];
+        }
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < RN; ++c) {
+                s[r][c] = fma(qv[r], kv[c], s[r][c]);
+                dp[r][c] = fma(ov[r], vv[c], dp[r][c]);
+            }
+    }
+}
+
 template <class T, int DP>
 __global__ void __launch_bounds__(256) fcc_attn_bwd_dkdv_kernel(const fc_attn a, int64_t nkb,
                                                                  const typename fcc_type<T>::acc *Lbuf,
@@ -174,31 +208,7 @@ __global__ void __launch_bounds__(256) fcc_attn_bwd_dkdv_kernel(const fc_attn a,
 
                 /* S = Q Kᵀ and dP = dO Vᵀ: rows ty + 16r, key columns tx + 16c */
                 A s[RM][RN], dp[RM][RN];
-#pragma unroll
-                for (int r = 0; r < RM; ++r)
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
-#pragma unroll 2
-                for (int d = 0; d < D; ++d) {
-                    A qv[RM], ov[RM], kv[RN], vv[RN];
-#pragma unroll
-                    for (int r = 0; r < RM; ++r) {
-                        qv[r] = Qs[(ty + 16 * r) * LD + d];
-                        ov[r] = dOs[(ty + 16 * r) * LD + d];
-                    }
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) {
-                        kv[c] = Ks[(tx + 16 * c) * LD + d];
-                        vv[c] = Vs[(tx + 16 * c) * LD + d];
-                    }
-#pragma unroll
-                    for (int r = 0; r < RM; ++r)
-#pragma unroll
-                        for (int c = 0; c < RN; ++c) {
-                            s[r][c] = fma(qv[r], kv[c], s[r][c]);
-                            dp[r][c] = fma(ov[r], vv[c], dp[r][c]);
-                        }
-                }
+                fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
 #pragma unroll
                 for (int r = 0; r < RM; ++r) {
                     const int ir = ty + 16 * r;
@@ -325,31 +335,7 @@ __global__ void __launch_bounds__(256) fcc_attn_bwd_dq_kernel(const fc_attn a, i
             __syncthreads();
 
             A s[RM][RN], dp[RM][RN];
-#pragma unroll
-            for (int r = 0; r < RM; ++r)
-#pragma unroll
-                for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
-#pragma unroll 2
-            for (int d = 0; d < D; ++d) {
-                A qv[RM], ov[RM], kv[RN], vv[RN];
-#pragma unroll
-                for (int r = 0; r < RM; ++r) {
-                    qv[r] = Qs[(ty + 16 * r) * LD + d];
-                    ov[r] = dOs[(ty + 16 * r) * LD + d];
-                }
-#pragma unroll
-                for (int c = 0; c < RN; ++c) {
-                    kv[c] = Ks[(tx + 16 * c) * LD + d];
-                    vv[c] = Vs[(tx + 16 * c) * LD + d];
-                }
-#pragma unroll
-                for (int r = 0; r < RM; ++r)
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) {
-                        s[r][c] = fma(qv[r], kv[c], s[r][c]);
-                        dp[r][c] = fma(ov[r], vv[c], dp[r][c]);
-                    }
-            }
+            fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
 #pragma unroll
             for (int r = 0; r < RM; ++r)
 #pragma unroll
