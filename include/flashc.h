@@ -48,8 +48,19 @@
  * D may be any value 1..256. Sq and Sk may differ (decode: Sq = 1); either
  * may be 0 (nothing to do) — B, Hq, Hkv and D must be ≥ 1.
  *
- * Scores: x_ij = softmax_scale · <q_i, k_j>, softmax_scale = 1/sqrt(D) when
- * params.softmax_scale == 0.
+ * Scores. The logit of query row i and key j is built in this order:
+ *   1. scale:   x_ij = softmax_scale · <q_i, k_j>   (softmax_scale: any finite
+ *               value; 0 means 1/sqrt(D), in C and in every binding)
+ *   2. softcap: x_ij = c · tanh(x_ij / c)          when params.softcap = c > 0
+ *               (Gemma-2, FlashAttention's softcap; 0 = off; finite, ≥ 0)
+ *   3. ALiBi:   x_ij = x_ij − slope_bh · |i + Sk − Sq − j|
+ *               when params.alibi_slopes is given: one fp32 slope per query
+ *               head ([Hq]) or per batch and head ([B, Hq]); F64 when q is
+ *               F64; any strides; bottom-right aligned like the masks;
+ *               finite (checked on the CPU backend; on CUDA the slopes are
+ *               device memory and not inspected).
+ *   4. mask:    x_ij = −inf where key j is not visible to row i (below).
+ *   5. softmax over j, with the sink logit (below) in the denominator.
  *
  * Visibility. For query row i and key column j, with offset = Sk − Sq, and
  * the window (L, R) = (window_left, window_right), −1 meaning unbounded:
@@ -60,7 +71,8 @@
  *   sink tokens N (StreamingLLM): keys j < N are visible to query i whenever
  *            they would be visible with window_left = −1, i.e. when
  *            j ≤ i + offset + R (R = 0 when causal; any j when R is open).
- *   sink logit s_h (GPT-OSS; params.sink_logits, optional): one extra logit
+ *   sink logit s_h (GPT-OSS; params.sinks, or the 0.1 field params.sink_logits;
+ *            optional): one extra logit
  *            per head in every row's softmax denominator, with no value:
  *              O_i = Σ_j e^{x_ij} v_j / (Σ_j e^{x_ij} + e^{s_h})
  *              L_i = log(Σ_j e^{x_ij} + e^{s_h})
@@ -87,13 +99,16 @@
  * Backward (flashc_attn_bwd) recomputes the scores from q, k and lse:
  *   P_ij = exp(x_ij − L_i) (0 when not visible), Δ_i = Σ_d dO_id · O_id,
  *   dV_j = Σ_i P_ij dO_i,  dP_ij = <dO_i, v_j>,  dS_ij = P_ij (dP_ij − Δ_i),
- *   dQ_i = scale Σ_j dS_ij k_j,  dK_j = scale Σ_i dS_ij q_i,
+ *   dQ_i = scale Σ_j dS'_ij k_j,  dK_j = scale Σ_i dS'_ij q_i,
+ *   dS'_ij = dS_ij · (1 − tanh²(scale·<q_i,k_j>/c)) with softcap c, else dS_ij
+ *   (the ALiBi slopes get no gradient: they are constants),
  *   d s_h = −Σ_{b,i} exp(s_h − L_i) Δ_i.
  * Under GQA dk/dv are summed over the query heads sharing a K/V head.
  * dq, dk, dv have the shapes and dtype of q, k, v (any strides; they must
- * not overlap the inputs). dsinks (required when sink_logits is given,
- * otherwise ignored) is [Hq], contiguous, with the dtype of sink_logits; it
- * is overwritten, not accumulated.
+ * not overlap the inputs). The gradient of the sink logits is required when
+ * sink logits are given: params.dsinks (a [Hq] tensor, any stride, the dtype
+ * of the sinks) or, for 0.1 callers, the `dsinks` argument ([Hq],
+ * contiguous); it is overwritten, not accumulated. Give one of the two.
  * Results are deterministic (bit-identical across runs and thread counts for
  * the same backend and ISA) unless params.deterministic == 0 on CUDA, where
  * the backend may accumulate dQ with float atomics when that is faster.
@@ -119,7 +134,7 @@
 
 /* ------------------------------------------------------------------ version */
 #define FLASHC_VERSION_MAJOR 0
-#define FLASHC_VERSION_MINOR 1
+#define FLASHC_VERSION_MINOR 2
 #define FLASHC_VERSION_PATCH 0
 #define FLASHC_VERSION_NUMBER \
     (FLASHC_VERSION_MAJOR * 10000 + FLASHC_VERSION_MINOR * 100 + FLASHC_VERSION_PATCH)
@@ -170,8 +185,8 @@ FLASHC_API const char *flashc_status_string(int status);
 /* Thread-local message of the last failed call on this thread ("" if none). */
 FLASHC_API const char *flashc_last_error(void);
 
-FLASHC_API const char *flashc_version_string(void); /* "0.1.0" */
-FLASHC_API int flashc_version_number(void);         /* 100 */
+FLASHC_API const char *flashc_version_string(void); /* "0.2.0" */
+FLASHC_API int flashc_version_number(void);         /* 200 */
 
 /* ----------------------------------------------------------- dtype, backend */
 typedef enum flashc_dtype {
@@ -240,9 +255,21 @@ typedef struct flashc_attn_params {
     int64_t window_left;       /* −1 = unbounded (default) */
     int64_t window_right;      /* −1 = unbounded (default) */
     int64_t num_sink_tokens;   /* ≥ 0; keys [0, N) always visible (see above) */
-    const void *sink_logits;   /* NULL or [Hq] contiguous: float32, float64 when q is F64 */
+    const void *sink_logits;   /* legacy (0.1): NULL or [Hq] contiguous sink logits, float32
+                                  (float64 when q is F64); prefer `sinks` below */
     void *stream;              /* cudaStream_t on CUDA (NULL = legacy default) */
+    /* ---- appended in 0.2. A caller compiled against 0.1 passes
+     * struct_size = FLASHC_ATTN_PARAMS_SIZE_V1 and gets the defaults. ---- */
+    double softcap;            /* 0 = off (default); > 0: x = softcap·tanh(x / softcap) */
+    const flashc_tensor *alibi_slopes; /* NULL = off; [Hq] or [B, Hq], F32 (F64 when q is F64) */
+    const flashc_tensor *sinks;  /* NULL, or the sink logits s_h as a [Hq] tensor (any stride),
+                                    F32 (F64 when q is F64); not together with sink_logits */
+    const flashc_tensor *dsinks; /* bwd: the gradient of the sink logits, [Hq], dtype of the
+                                    sinks, overwritten; not together with the dsinks argument */
 } flashc_attn_params;
+
+/* sizeof(flashc_attn_params) in 0.1 (up to and including `stream`). */
+#define FLASHC_ATTN_PARAMS_SIZE_V1 ((uint32_t)offsetof(flashc_attn_params, softcap))
 
 FLASHC_API flashc_attn_params flashc_attn_params_default(void);
 FLASHC_API size_t flashc_attn_params_size(void);

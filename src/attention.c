@@ -10,11 +10,63 @@ static const char *const AXES4[4] = {"B", "S", "H", "D"};
 static flashc_status read_params(const flashc_attn_params *user, flashc_attn_params *p) {
     *p = flashc_attn_params_default();
     if (!user) return FLASHC_OK;
-    FC_RETURN_IF(user->struct_size != sizeof(flashc_attn_params), FLASHC_ERR_PARAMS_SIZE,
-                 "params.struct_size=%u, this library's flashc_attn_params is %zu bytes (initialise with "
-                 "flashc_attn_params_default())",
-                 user->struct_size, sizeof(flashc_attn_params));
-    memcpy(p, user, sizeof *p);
+    /* Sizes this library knows: 0.1 (up to `stream`) and the current one.
+     * Fields a shorter struct lacks keep their defaults. */
+    FC_RETURN_IF(user->struct_size != sizeof(flashc_attn_params) && user->struct_size != FLASHC_ATTN_PARAMS_SIZE_V1,
+                 FLASHC_ERR_PARAMS_SIZE,
+                 "params.struct_size=%u, this library's flashc_attn_params is %zu bytes (or %u for a 0.1 caller); "
+                 "initialise with flashc_attn_params_default()",
+                 user->struct_size, sizeof(flashc_attn_params), (unsigned)FLASHC_ATTN_PARAMS_SIZE_V1);
+    memcpy(p, user, user->struct_size);
+    p->struct_size = sizeof(flashc_attn_params);
+    return FLASHC_OK;
+}
+
+static const char *dtype_name(int dtype) {
+    switch (dtype) {
+    case FLASHC_F32: return "F32";
+    case FLASHC_F16: return "F16";
+    case FLASHC_BF16: return "BF16";
+    case FLASHC_F64: return "F64";
+    default: return "unknown";
+    }
+}
+
+/* A per-head vector ([Hq], or [B, Hq] when allow_batch) of the problem's
+ * float type (F32, F64 for F64 problems). Writes the (batch, head) strides. */
+static flashc_status check_head_vector(const flashc_tensor *t, const char *name, const fc_attn *a, int allow_batch,
+                                       int is_output, int64_t str[2]) {
+    FC_RETURN_IF(!t, FLASHC_ERR_NULL_POINTER, "%s is NULL", name);
+    FC_RETURN_IF(t->ndim != 1 && !(allow_batch && t->ndim == 2), FLASHC_ERR_SHAPE,
+                 "%s.ndim=%d, expected %s", name, (int)t->ndim, allow_batch ? "1 ([Hq]) or 2 ([B, Hq])" : "1 ([Hq])");
+    FC_TRY(fc_check_tensor(t, name, t->ndim, is_output));
+    const int want = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    FC_RETURN_IF(t->dtype != want, FLASHC_ERR_DTYPE, "%s.dtype=%s, expected %s for %s inputs", name,
+                 dtype_name(t->dtype), dtype_name(want), dtype_name(a->dtype));
+    const int hax = t->ndim - 1;
+    FC_RETURN_IF(t->shape[hax] != a->Hq, FLASHC_ERR_SHAPE, "%s.shape[%d]=%lld must equal Hq=%lld", name, hax,
+                 (long long)t->shape[hax], (long long)a->Hq);
+    if (t->ndim == 2)
+        FC_RETURN_IF(t->shape[0] != a->B, FLASHC_ERR_SHAPE, "%s.shape[0]=%lld must equal B=%lld ([B, Hq])", name,
+                     (long long)t->shape[0], (long long)a->B);
+    str[0] = t->ndim == 2 ? t->strides[0] : 0;
+    str[1] = t->strides[hax];
+    return FLASHC_OK;
+}
+
+/* On the CPU backend the slopes are host memory: they must be finite.
+ * (On CUDA they are device memory and are not inspected.) */
+static flashc_status check_alibi_finite(const fc_attn *a) {
+    if (!a->alibi) return FLASHC_OK;
+    const int64_t nb = a->salibi[0] != 0 ? a->B : 1;
+    for (int64_t b = 0; b < nb; ++b)
+        for (int64_t h = 0; h < a->Hq; ++h) {
+            const int64_t o = b * a->salibi[0] + h * a->salibi[1];
+            const double x = a->dtype == FLASHC_F64 ? ((const double *)a->alibi)[o]
+                                                    : (double)((const float *)a->alibi)[o];
+            FC_RETURN_IF(!isfinite(x), FLASHC_ERR_INVALID_ARGUMENT, "alibi_slopes[%lld, %lld]=%g is not finite",
+                         (long long)b, (long long)h, x);
+        }
     return FLASHC_OK;
 }
 
@@ -107,14 +159,38 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
     a->wl = p->window_left;
     a->wr = p->causal ? 0 : p->window_right;
     a->n_sink = p->num_sink_tokens;
-    a->sink_logits = p->sink_logits;
+
+    /* Sink logits: the 0.2 tensor, or the 0.1 bare pointer ([Hq] contiguous). */
+    FC_RETURN_IF(p->sinks && p->sink_logits, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.sinks and params.sink_logits are both set: give the sink logits once");
+    if (p->sinks) {
+        int64_t str[2];
+        FC_TRY(check_head_vector(p->sinks, "sinks", a, 0, 0, str));
+        a->sink_logits = p->sinks->data;
+        a->ssink = str[1];
+    } else if (p->sink_logits) {
+        a->sink_logits = p->sink_logits;
+        a->ssink = 1;
+    }
+
+    FC_RETURN_IF(!isfinite(p->softcap) || p->softcap < 0.0, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.softcap=%g must be finite and >= 0 (0 = off)", p->softcap);
+    a->softcap = p->softcap;
+    if (p->alibi_slopes) {
+        FC_TRY(check_head_vector(p->alibi_slopes, "alibi_slopes", a, 1, 0, a->salibi));
+        a->alibi = p->alibi_slopes->data;
+        /* A [B, Hq] tensor with B = 1 and a zero batch stride reads as [Hq]: same slopes. */
+    }
     a->deterministic = p->deterministic;
     a->stream = p->stream;
     return FLASHC_OK;
 }
 
 static flashc_status run(int backend, int bwd, const fc_attn *a) {
-    if (backend == FLASHC_BACKEND_CPU) return bwd ? fc_cpu_attn_bwd(a) : fc_cpu_attn_fwd(a);
+    if (backend == FLASHC_BACKEND_CPU) {
+        FC_TRY(check_alibi_finite(a));
+        return bwd ? fc_cpu_attn_bwd(a) : fc_cpu_attn_fwd(a);
+    }
     const fc_cuda_module *m = fc_cuda();
     if (!m) return FLASHC_ERR_BACKEND_UNAVAILABLE;
     return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
@@ -132,9 +208,9 @@ FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_te
         a.lse = lse->data;
         for (int i = 0; i < 3; ++i) a.slse[i] = lse->strides[i];
     }
-    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits};
+    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.alibi};
     int backend;
-    FC_TRY(fc_resolve_backend(p.backend, ptrs, 6, &backend));
+    FC_TRY(fc_resolve_backend(p.backend, ptrs, 7, &backend));
     return run(backend, 0, &a);
 }
 
@@ -162,8 +238,19 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     FC_TRY(expect_shape4(dq, "dq", q->shape, "q"));
     FC_TRY(expect_shape4(dk, "dk", k->shape, "k"));
     FC_TRY(expect_shape4(dv, "dv", v->shape, "v"));
-    FC_RETURN_IF(a.sink_logits && !dsinks, FLASHC_ERR_NULL_POINTER,
-                 "dsinks is NULL but params.sink_logits is set: the backward writes d(sink logits) [Hq]");
+    FC_RETURN_IF(p.dsinks && dsinks, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.dsinks and the dsinks argument are both set: give the sink gradient once");
+    FC_RETURN_IF(a.sink_logits && !dsinks && !p.dsinks, FLASHC_ERR_NULL_POINTER,
+                 "the sink logits are set but neither params.dsinks nor the dsinks argument is: the backward "
+                 "writes d(sink logits) [Hq]");
+    if (a.sink_logits && p.dsinks) {
+        int64_t str[2];
+        FC_TRY(check_head_vector(p.dsinks, "dsinks", &a, 0, 1, str));
+        dsinks = p.dsinks->data;
+        a.sdsink = str[1];
+    } else {
+        a.sdsink = 1;
+    }
     a.dout = dout->data;
     a.dq = dq->data;
     a.dk = dk->data;
@@ -173,8 +260,8 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     copy_strides4(a.sdq, dq);
     copy_strides4(a.sdk, dk);
     copy_strides4(a.sdv, dv);
-    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.dout, a.dq, a.dk, a.dv, a.dsinks};
+    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.alibi, a.dout, a.dq, a.dk, a.dv, a.dsinks};
     int backend;
-    FC_TRY(fc_resolve_backend(p.backend, ptrs, 11, &backend));
+    FC_TRY(fc_resolve_backend(p.backend, ptrs, 12, &backend));
     return run(backend, 1, &a);
 }

@@ -65,6 +65,10 @@ FLASHC_API flashc_attn_params flashc_attn_params_default(void) {
     p.num_sink_tokens = 0;
     p.sink_logits = NULL;
     p.stream = NULL;
+    p.softcap = 0.0;
+    p.alibi_slopes = NULL;
+    p.sinks = NULL;
+    p.dsinks = NULL;
     return p;
 }
 FLASHC_API size_t flashc_attn_params_size(void) { return sizeof(flashc_attn_params); }

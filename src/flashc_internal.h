@@ -13,6 +13,13 @@
 
 #include "flashc.h"
 
+/* The attention definition (masking, score pipeline, row finish) lives in
+ * src/common/; every kernel of both backends calls it. */
+#include "common/fc_defs.h"
+#include "common/attn_mask.h"
+#include "common/attn_score.h"
+#include "common/attn_softmax.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,7 +49,11 @@ typedef struct fc_attn {
     double scale;                  /* resolved: never 0 */
     int64_t wl, wr;                /* resolved window; causal folded into wr = 0; −1 open */
     int64_t n_sink;                /* sink tokens, ≥ 0 */
-    const void *sink_logits;       /* NULL or [Hq] contiguous, f32 (f64 for F64) */
+    const void *sink_logits;       /* NULL or [Hq], f32 (f64 for F64), element h at h·ssink */
+    int64_t ssink;
+    double softcap;                /* 0 = off, else > 0 (attn_score.h) */
+    const void *alibi;             /* NULL or slopes, f32 (f64 for F64): (b, h) at b·salibi[0] + h·salibi[1] */
+    int64_t salibi[2];             /* salibi[0] = 0 for [Hq] slopes */
     int32_t deterministic;
     void *stream;
     /* backward only (NULL / unused in the forward) */
@@ -50,41 +61,43 @@ typedef struct fc_attn {
     int64_t sdo[4];
     void *dq, *dk, *dv;
     int64_t sdq[4], sdk[4], sdv[4];
-    void *dsinks;                  /* NULL unless sink_logits; [Hq], dtype of sink_logits */
+    void *dsinks;                  /* NULL unless sink_logits; [Hq], dtype of sink_logits, h at h·sdsink */
+    int64_t sdsink;
 } fc_attn;
 
-/* Visible keys of query row i: the union of the two disjoint half-open
- * ranges [0, *sink_end) and [*lo, *hi), with 0 ≤ *sink_end ≤ *lo ≤ *hi ≤ Sk.
- * All three bounds are non-decreasing in i (the backward relies on it to
- * find the query rows that see a key block). This is the one place the
- * masking semantics of flashc.h are written as code: every backend, CPU and
- * CUDA kernels alike, derives its loop bounds from it. wl/wr as in fc_attn
- * (causal already folded into wr = 0; −1 open). */
-#if defined(__CUDACC__)
-#  define FC_HOST_DEVICE __host__ __device__
-#else
-#  define FC_HOST_DEVICE
-#endif
-static inline FC_HOST_DEVICE void fc_visible_keys(int64_t Sq, int64_t Sk, int64_t wl, int64_t wr,
-                                                  int64_t n_sink, int64_t i, int64_t *sink_end,
-                                                  int64_t *lo, int64_t *hi) {
-    const int64_t diag = i + (Sk - Sq);
-    int64_t h = wr < 0 ? Sk : diag + wr + 1;
-    if (h > Sk) h = Sk;
-    if (h < 0) h = 0;
-    int64_t l = wl < 0 ? 0 : diag - wl;
-    if (l < 0) l = 0;
-    if (l > h) l = h;
-    int64_t s = n_sink < l ? n_sink : l;
-    if (s < 0) s = 0;
-    *sink_end = s;
-    *lo = l;
-    *hi = h;
+/* The masking and score parts of a problem, as the seam (src/common/) takes them. */
+static inline FC_HOST_DEVICE fc_mask fc_attn_mask(const fc_attn *a) {
+    fc_mask m;
+    m.Sq = a->Sq;
+    m.Sk = a->Sk;
+    m.wl = a->wl;
+    m.wr = a->wr;
+    m.n_sink = a->n_sink;
+    return m;
+}
+static inline FC_HOST_DEVICE fc_score_params fc_attn_score(const fc_attn *a) {
+    fc_score_params p;
+    p.scale = a->scale;
+    p.softcap = a->softcap;
+    p.alibi = a->alibi;
+    p.alibi_sb = a->salibi[0];
+    p.alibi_sh = a->salibi[1];
+    p.alibi_f64 = a->dtype == FLASHC_F64;
+    p.offset = a->Sk - a->Sq;
+    return p;
+}
+/* The sink logit of head h (0 when there is none). */
+static inline FC_HOST_DEVICE double fc_attn_sink(const fc_attn *a, int64_t h) {
+    if (!a->sink_logits) return 0.0;
+    return a->dtype == FLASHC_F64 ? ((const double *)a->sink_logits)[h * a->ssink]
+                                  : (double)((const float *)a->sink_logits)[h * a->ssink];
 }
 
+/* Transitional adapter (to be removed once every kernel takes fc_mask). */
 static inline FC_HOST_DEVICE void fc_visible_range(const fc_attn *a, int64_t i, int64_t *sink_end,
                                                    int64_t *lo, int64_t *hi) {
-    fc_visible_keys(a->Sq, a->Sk, a->wl, a->wr, a->n_sink, i, sink_end, lo, hi);
+    const fc_mask m = fc_attn_mask(a);
+    fc_visible_keys(&m, i, sink_end, lo, hi);
 }
 
 /* ------------------------------------------------------ weighted row-sum */
@@ -152,7 +165,7 @@ uint16_t fc_f32_to_f16(float f);
  * The core refuses a table whose api_version differs from its own. On a
  * non-OK status, module->last_error() holds the module's thread-local
  * message, which the core copies into its own. */
-#define FC_CUDA_MODULE_API_VERSION 1
+#define FC_CUDA_MODULE_API_VERSION 2
 #define FC_CUDA_MODULE_INIT_SYMBOL "flashc_cuda_module_init"
 
 typedef struct fc_cuda_module {

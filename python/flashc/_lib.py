@@ -125,8 +125,12 @@ class flashc_tensor(ctypes.Structure):
 #     int64_t window_left;
 #     int64_t window_right;
 #     int64_t num_sink_tokens;
-#     const void *sink_logits;
+#     const void *sink_logits;            /* 0.1 field; the binding uses sinks */
 #     void *stream;
+#     double softcap;                     /* appended in 0.2 */
+#     const flashc_tensor *alibi_slopes;
+#     const flashc_tensor *sinks;
+#     const flashc_tensor *dsinks;
 # } flashc_attn_params;
 class flashc_attn_params(ctypes.Structure):
     _fields_ = [
@@ -140,6 +144,10 @@ class flashc_attn_params(ctypes.Structure):
         ("num_sink_tokens", ctypes.c_int64),
         ("sink_logits", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
+        ("softcap", ctypes.c_double),
+        ("alibi_slopes", ctypes.POINTER(flashc_tensor)),
+        ("sinks", ctypes.POINTER(flashc_tensor)),
+        ("dsinks", ctypes.POINTER(flashc_tensor)),
     ]
 
 

@@ -32,7 +32,7 @@ flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_fl
     for (int64_t t = 0; t < nblk; ++t) {
         const int64_t r0 = t * br, r1 = (r0 + br < R ? r0 + br : R);
         fc_keysegs ks;
-        fc_block_keysegs(a, r0 / G, (r1 - 1) / G, &ks);
+        fc_block_keysegs_of(a, r0 / G, (r1 - 1) / G, &ks);
         int64_t keys = 0;
         for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
         for (int64_t u = 0; u < nouter; ++u) work[u * nblk + t] = (fc_work){u, t, (keys + 1) * (r1 - r0)};

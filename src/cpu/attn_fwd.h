@@ -27,55 +27,10 @@ flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);   /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a); /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);  /* BF16 on vdpbf16ps */
 
-/* The keys some row of a block may see, as at most two disjoint sorted
- * half-open segments [s0[k], s1[k]), k < n. Because lo, hi and sink_end are
- * non-decreasing in the row index and consecutive rows' windows shift by at
- * most one key, the union of the rows' window ranges is one interval. */
-typedef struct fc_keysegs {
-    int n;
-    int64_t s0[2], s1[2];
-} fc_keysegs;
-
-/* Query rows [ia, ib] (inclusive, ia ≤ ib) → the union of their visible keys. */
-static inline void fc_block_keysegs(const fc_attn *a, int64_t ia, int64_t ib, fc_keysegs *ks) {
-    int64_t se_max = 0, lo_min = a->Sk, hi_max = 0, se, lo, hi;
-    for (int64_t i = ia; i <= ib; ++i) {
-        fc_visible_range(a, i, &se, &lo, &hi);
-        if (se > se_max) se_max = se;
-        if (lo < hi) {
-            if (lo < lo_min) lo_min = lo;
-            if (hi > hi_max) hi_max = hi;
-        }
-    }
-    ks->n = 0;
-    if (hi_max <= lo_min) { lo_min = hi_max = 0; } /* no row has a window key */
-    if (se_max > 0 && hi_max > lo_min && se_max >= lo_min) { /* touching: merge */
-        ks->s0[0] = 0;
-        ks->s1[0] = se_max > hi_max ? se_max : hi_max;
-        ks->n = 1;
-        return;
-    }
-    if (se_max > 0) { ks->s0[ks->n] = 0; ks->s1[ks->n] = se_max; ks->n++; }
-    if (hi_max > lo_min) { ks->s0[ks->n] = lo_min; ks->s1[ks->n] = hi_max; ks->n++; }
-}
-
-/* Tile [j0, j1) for n query rows whose visible ranges are se[], lo[], hi[]
- * (fc_visible_range): FC_TILE_FULL when every row sees every key (no mask),
- * FC_TILE_EMPTY when no row sees any (skip), else FC_TILE_PARTIAL (mask per
- * element). O(n) per tile, against O(n·(j1−j0)·D) of arithmetic. */
-enum { FC_TILE_EMPTY = 0, FC_TILE_PARTIAL = 1, FC_TILE_FULL = 2 };
-static inline int fc_tile_kind(const int64_t *se, const int64_t *lo, const int64_t *hi, int n,
-                               int64_t j0, int64_t j1) {
-    int all = 1, any = 0;
-    for (int r = 0; r < n; ++r) {
-        /* When the sinks reach the window the row sees one interval [0, hi). */
-        const int64_t wlo = se[r] == lo[r] ? 0 : lo[r];
-        const int full = j1 <= se[r] || (wlo <= j0 && j1 <= hi[r]);
-        const int none = j0 >= se[r] && (lo[r] >= hi[r] || j1 <= lo[r] || j0 >= hi[r]);
-        all &= full;
-        any |= !none;
-    }
-    return all ? FC_TILE_FULL : any ? FC_TILE_PARTIAL : FC_TILE_EMPTY;
+/* fc_block_keysegs (attn_mask.h) of problem a. */
+static inline void fc_block_keysegs_of(const fc_attn *a, int64_t ia, int64_t ib, fc_keysegs *ks) {
+    const fc_mask m = fc_attn_mask(a);
+    fc_block_keysegs(&m, ia, ib, ks);
 }
 
 /* Work list: item t is (outer index, block index); cost = visible keys of
@@ -150,29 +105,6 @@ typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t
 /* Runs block over every (b, kv head, row block of br rows) under OpenMP,
  * heaviest first, with a zeroed scratch of scratch_floats floats per thread. */
 flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_floats, fc_fwd_block_fn block);
-
-/* Per-row finish, shared by every path. acc is the unnormalised output row
- * relative to e^M (M = the row max in natural-log units, −inf when the row
- * saw nothing), l = Σ e^{x − M}. Writes the factor to multiply acc by, and
- * the row's lse L = log(l·e^M + e^s) (s = sink logit, has_sink), computed
- * without overflow. A row with no visible key: factor 0, L = s or −inf. */
-static inline void fc_row_finish(double M, double l, int has_sink, double s,
-                                 double *factor, double *lse) {
-    if (!(l > 0.0)) {
-        *factor = 0.0;
-        *lse = has_sink ? s : -INFINITY;
-        return;
-    }
-    if (!has_sink) {
-        *factor = 1.0 / l;
-        *lse = M + log(l);
-        return;
-    }
-    const double mx = M > s ? M : s;
-    const double den = l * exp(M - mx) + exp(s - mx); /* ≥ 1 term is e^0 */
-    *factor = exp(M - mx) / den;                        /* = 1 / (l + e^{s−M}) */
-    *lse = mx + log(den);
-}
 
 /* The SIMD paths take the decode path (attn_fwd_decode_body.h: keys on the
  * lanes) when a (b, kv head) has at most this many query rows Sq·G.

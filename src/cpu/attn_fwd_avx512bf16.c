@@ -258,7 +258,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     /* K rows are read in place when a pair never straddles the row's end. */
     const int k_inplace = a->sk[3] == 1 && D % 2 == 0;
     fc_keysegs ks;
-    fc_block_keysegs(a, ia, ib, &ks);
+    fc_block_keysegs_of(a, ia, ib, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];

@@ -261,7 +261,7 @@ static flashc_status FN(dec_run)(const fc_attn *a) {
     int64_t se[FC_DEC_ROWS_CAP], lo[FC_DEC_ROWS_CAP], hi[FC_DEC_ROWS_CAP];
     for (int64_t i = 0; i < Sq; ++i) fc_visible_range(a, i, &se[i], &lo[i], &hi[i]);
     fc_keysegs ks;
-    fc_block_keysegs(a, 0, Sq - 1, &ks);
+    fc_block_keysegs_of(a, 0, Sq - 1, &ks);
     int64_t nkeys = 0;
     for (int sg = 0; sg < ks.n; ++sg) nkeys += ks.s1[sg] - ks.s0[sg];
 

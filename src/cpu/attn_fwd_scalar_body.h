@@ -40,7 +40,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
     }
 
     fc_keysegs ks;
-    fc_block_keysegs(a, i0, i0 + nr - 1, &ks);
+    fc_block_keysegs_of(a, i0, i0 + nr - 1, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += SBC) {
             const int64_t j1 = j0 + SBC < ks.s1[sg] ? j0 + SBC : ks.s1[sg];
@@ -119,7 +119,7 @@ static flashc_status FN(run)(const fc_attn *a) {
     for (int64_t t = 0; t < nqb; ++t) {
         const int64_t ia = t * SBR, ib = (ia + SBR < a->Sq ? ia + SBR : a->Sq) - 1;
         fc_keysegs ks;
-        fc_block_keysegs(a, ia, ib, &ks);
+        fc_block_keysegs_of(a, ia, ib, &ks);
         int64_t keys = 0;
         for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
         for (int64_t u = 0; u < nouter; ++u)

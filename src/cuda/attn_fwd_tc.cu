@@ -65,7 +65,8 @@ struct FwdParams {
 /* fc_visible_range (flashc_internal.h) on the fields of FwdParams, int results. */
 __device__ __forceinline__ void vis_range(const FwdParams &p, int64_t i, int &s, int &lo, int &hi) {
     int64_t s6, l6, h6;
-    fc_visible_keys(p.Sq, p.Sk, p.wl, p.wr, p.n_sink, i, &s6, &l6, &h6);
+    const fc_mask mk = {p.Sq, p.Sk, p.wl, p.wr, p.n_sink};
+    fc_visible_keys(&mk, i, &s6, &l6, &h6);
     s = (int)s6;
     lo = (int)l6;
     hi = (int)h6;

@@ -107,7 +107,7 @@ template <> __device__ __forceinline__ double fcc_neg_inf<double>() { return -__
 __host__ __device__ __forceinline__ void fcc_visible_range(const fc_attn &a, int64_t i,
                                                            int64_t *sink_end, int64_t *lo,
                                                            int64_t *hi) {
-    fc_visible_keys(a.Sq, a.Sk, a.wl, a.wr, a.n_sink, i, sink_end, lo, hi);
+    fc_visible_range(&a, i, sink_end, lo, hi);
 }
 
 static inline cudaStream_t fcc_stream(void *s) { return (cudaStream_t)s; }

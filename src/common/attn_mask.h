@@ -1,0 +1,180 @@
+/*
+ * attn_mask.h — which keys a query row sees: the one place the masking
+ * semantics of flashc.h (causal, sliding window, sink tokens, bottom-right
+ * alignment) are written as code. Plain C, host and device (FC_HOST_DEVICE):
+ * every kernel of both backends derives its loop bounds, its per-element
+ * test and its tile classification from the functions below and restates
+ * none of them.
+ *
+ * For query row i (0 ≤ i < Sq) the visible keys are the union of two
+ * disjoint half-open ranges [0, se) ∪ [lo, hi), 0 ≤ se ≤ lo ≤ hi ≤ Sk
+ * (se: sink tokens; [lo, hi): the window). se, lo and hi are non-decreasing
+ * in i, and consecutive rows' windows move by at most one key: block
+ * unions and the binary searches below rely on both facts.
+ */
+#ifndef FLASHC_COMMON_ATTN_MASK_H
+#define FLASHC_COMMON_ATTN_MASK_H
+
+#include "fc_defs.h"
+
+/* The masking part of a problem (what fc_attn resolved from the params):
+ * wl/wr = window (L, R), −1 open, causal folded in as wr = 0. */
+typedef struct fc_mask {
+    int64_t Sq, Sk, wl, wr, n_sink;
+} fc_mask;
+
+/* Per-element test: key j is visible to a row whose ranges are (se, lo, hi).
+ * Type-generic (int32 tile-relative bounds or int64 absolute ones). */
+#define FC_KEY_VISIBLE(se, lo, hi, j) ((j) < (se) || ((lo) <= (j) && (j) < (hi)))
+
+static inline FC_HOST_DEVICE int fc_key_visible(int64_t se, int64_t lo, int64_t hi, int64_t j) {
+    return FC_KEY_VISIBLE(se, lo, hi, j);
+}
+
+/* The visible ranges of row i. Saturating: window sizes up to INT64_MAX
+ * never overflow (a window wider than the sequence is an open side). */
+static inline FC_HOST_DEVICE void fc_visible_keys(const fc_mask *m, int64_t i, int64_t *se, int64_t *lo,
+                                                  int64_t *hi) {
+    const int64_t diag = i + (m->Sk - m->Sq); /* the key aligned with row i: −Sq < diag < Sk */
+    /* hi = min(Sk, diag + wr + 1); Sk − diag = Sq − i ≥ 1, so no overflow. */
+    int64_t h = (m->wr < 0 || m->wr >= m->Sk - diag) ? m->Sk : diag + m->wr + 1;
+    if (h < 0) h = 0;
+    /* lo = max(0, diag − wl) */
+    int64_t l = (m->wl < 0 || m->wl >= diag) ? 0 : diag - m->wl;
+    if (l > h) l = h;
+    int64_t s = m->n_sink < l ? m->n_sink : l;
+    if (s < 0) s = 0;
+    *se = s;
+    *lo = l;
+    *hi = h;
+}
+
+/* The same with int results, for kernels whose sizes are known to fit. */
+static inline FC_HOST_DEVICE void fc_visible_keys_int(const fc_mask *m, int64_t i, int *se, int *lo, int *hi) {
+    int64_t s, l, h;
+    fc_visible_keys(m, i, &s, &l, &h);
+    *se = (int)s;
+    *lo = (int)l;
+    *hi = (int)h;
+}
+
+/* Is key j visible to row i? (The per-element test on absolute indices.) */
+static inline FC_HOST_DEVICE int fc_visible(const fc_mask *m, int64_t i, int64_t j) {
+    int64_t s, l, h;
+    fc_visible_keys(m, i, &s, &l, &h);
+    return FC_KEY_VISIBLE(s, l, h, j);
+}
+
+/* ------------------------------------------------ key segments of a row block */
+/* The keys some row of [ia, ib] (inclusive) may see, as at most two disjoint
+ * sorted half-open segments [s0[k], s1[k]), k < n: the sink range of the
+ * last row and the union of the window ranges (one interval, by the facts
+ * above); merged when they touch. */
+typedef struct fc_keysegs {
+    int n;
+    int64_t s0[2], s1[2];
+} fc_keysegs;
+
+static inline FC_HOST_DEVICE void fc_block_keysegs(const fc_mask *m, int64_t ia, int64_t ib, fc_keysegs *ks) {
+    int64_t se_max = 0, lo_min = m->Sk, hi_max = 0, se, lo, hi;
+    /* lo, hi, se are non-decreasing: the extremes come from rows ia and ib,
+     * except that rows with an empty window must not pull lo_min down. */
+    for (int64_t i = ia; i <= ib; ++i) {
+        fc_visible_keys(m, i, &se, &lo, &hi);
+        if (se > se_max) se_max = se;
+        if (lo < hi) {
+            if (lo < lo_min) lo_min = lo;
+            if (hi > hi_max) hi_max = hi;
+            break; /* the first row with a window has the smallest lo */
+        }
+    }
+    fc_visible_keys(m, ib, &se, &lo, &hi);
+    if (se > se_max) se_max = se;
+    if (lo < hi) {
+        if (lo < lo_min) lo_min = lo;
+        if (hi > hi_max) hi_max = hi;
+    }
+    ks->n = 0;
+    if (hi_max <= lo_min) lo_min = hi_max = 0; /* no row has a window key */
+    if (se_max > 0 && hi_max > lo_min && se_max >= lo_min) { /* touching: merge */
+        ks->s0[0] = 0;
+        ks->s1[0] = se_max > hi_max ? se_max : hi_max;
+        ks->n = 1;
+        return;
+    }
+    if (se_max > 0) { ks->s0[ks->n] = 0; ks->s1[ks->n] = se_max; ks->n++; }
+    if (hi_max > lo_min) { ks->s0[ks->n] = lo_min; ks->s1[ks->n] = hi_max; ks->n++; }
+}
+
+/* Tile classification for a block of consecutive rows, from the ranges of its
+ * first row (se_a, lo_a, hi_a) and last row (se_b, lo_b, hi_b):
+ * full  — every row sees every key of [j0, j1) (no per-element mask needed);
+ * empty — no row sees any key of [j0, j1) (skip the tile).
+ * Both are conservative (a false answer only costs a mask). */
+static inline FC_HOST_DEVICE int fc_tile_full(int64_t se_a, int64_t lo_b, int64_t hi_a, int64_t j0, int64_t j1) {
+    return j1 <= se_a || (lo_b <= j0 && j1 <= hi_a);
+}
+static inline FC_HOST_DEVICE int fc_tile_empty(int64_t se_b, int64_t lo_a, int64_t hi_b, int64_t j0, int64_t j1) {
+    return j0 >= se_b && (hi_b <= j0 || lo_a >= j1);
+}
+
+/* Per-row classification (exact) of the tile [j0, j1) for rows with ranges
+ * se[r], lo[r], hi[r], r < n: FC_TILE_FULL, FC_TILE_EMPTY or FC_TILE_PARTIAL. */
+enum { FC_TILE_EMPTY = 0, FC_TILE_PARTIAL = 1, FC_TILE_FULL = 2 };
+static inline FC_HOST_DEVICE int fc_tile_kind(const int64_t *se, const int64_t *lo, const int64_t *hi, int n,
+                                              int64_t j0, int64_t j1) {
+    int all = 1, any = 0;
+    for (int r = 0; r < n; ++r) {
+        /* When the sinks reach the window the row sees one interval [0, hi). */
+        const int64_t wlo = se[r] == lo[r] ? 0 : lo[r];
+        const int full = j1 <= se[r] || (wlo <= j0 && j1 <= hi[r]);
+        const int none = j0 >= se[r] && (lo[r] >= hi[r] || j1 <= lo[r] || j0 >= hi[r]);
+        all &= full;
+        any |= !none;
+    }
+    return all ? FC_TILE_FULL : any ? FC_TILE_PARTIAL : FC_TILE_EMPTY;
+}
+
+/* ------------------------------------------- query rows that see a key block */
+/* The first row i in [0, Sq) for which a monotone predicate on its ranges
+ * holds (Sq when none): one binary search, three predicates. */
+enum { FC_ROWS_HI_GT = 0, /* hi(i) > key */
+       FC_ROWS_LO_GE = 1, /* lo(i) ≥ key */
+       FC_ROWS_SE_GT = 2  /* se(i) > key */ };
+static inline FC_HOST_DEVICE int64_t fc_first_row(const fc_mask *m, int pred, int64_t key) {
+    int64_t a = 0, b = m->Sq; /* answer in [a, b] */
+    while (a < b) {
+        const int64_t mid = a + (b - a) / 2;
+        int64_t s, l, h;
+        fc_visible_keys(m, mid, &s, &l, &h);
+        const int ok = pred == FC_ROWS_HI_GT ? h > key : pred == FC_ROWS_LO_GE ? l >= key : s > key;
+        if (ok) b = mid;
+        else a = mid + 1;
+    }
+    return a;
+}
+
+/* The query rows that see some key of [j0, j1), as at most two disjoint
+ * sorted half-open row segments [r0[k], r1[k]), k < return value: the rows
+ * whose window meets the block ([first hi > j0, first lo ≥ j1)) and the rows
+ * whose sink range meets it ([first se > j0, Sq)); merged when they touch.
+ * (A row inside a segment may still see none of the block's keys; the
+ * per-element test decides.) */
+static inline FC_HOST_DEVICE int fc_key_block_rows(const fc_mask *m, int64_t j0, int64_t j1, int64_t r0[2],
+                                                   int64_t r1[2]) {
+    const int64_t ia = fc_first_row(m, FC_ROWS_HI_GT, j0);
+    const int64_t ib = fc_first_row(m, FC_ROWS_LO_GE, j1);
+    const int64_t ic = fc_first_row(m, FC_ROWS_SE_GT, j0);
+    int n = 0;
+    const int has_w = ia < ib, has_s = ic < m->Sq;
+    if (has_w && has_s && ic <= ib) { /* touching or overlapping: one segment */
+        r0[0] = ia < ic ? ia : ic;
+        r1[0] = m->Sq;
+        return 1;
+    }
+    if (has_w) { r0[n] = ia; r1[n] = ib; ++n; }
+    if (has_s) { r0[n] = ic; r1[n] = m->Sq; ++n; }
+    return n;
+}
+
+#endif /* FLASHC_COMMON_ATTN_MASK_H */
