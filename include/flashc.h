@@ -223,9 +223,23 @@ FLASHC_API const char *flashc_cpu_isa(void);
  *                  the fp32 path (AMD; on Intel it issues on one port and
  *                  measured slower). FLASHC_CPU_BF16=0 in the environment
  *                  turns it off (BF16 then runs the fp32-conversion path),
- *                  =1 on wherever the CPU has it; unlike FLASHC_CPU_ISA it is
- *                  read at every call. */
+ *                  =1 on wherever the CPU has it. */
 FLASHC_API const char *flashc_cpu_features(void);
+
+/* Environment. flashc reads these variables (all optional; one policy for
+ * all: read at every call that consults them, so a test may change one
+ * between calls; unset, empty or an unknown value means "auto"). They exist
+ * for tests and benchmarks; results are valid under every setting.
+ *   FLASHC_CPU_ISA=scalar|avx2|avx512  cap the CPU SIMD path (never above what the CPU runs)
+ *   FLASHC_CPU_BF16=0|1                AVX512-BF16 paths off / on (see flashc_cpu_features)
+ *   FLASHC_CPU_DECODE_ROWS=n           CPU forward: decode path up to n query rows per
+ *                                      (batch, kv head); 0 = never; capped at 64
+ *   FLASHC_CPU_BWD=twopass             CPU backward: force the two-pass (key-major) schedule
+ *   FLASHC_CUDA_KERNEL=generic|mma     CUDA attention: generic SIMT kernels only, or skip the
+ *                                      Hopper wgmma forward (mma.sync, then generic)
+ *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
+ *                                      beside libflashc.so); read once, at the first load
+ *   FLASHC_WSUM_VARIANT=0              CUDA weighted sum: generic kernels only */
 
 /* ------------------------------------------------------------------- tensor */
 #define FLASHC_MAX_DIMS 8

@@ -3,6 +3,7 @@
  * The core never links cudart: a machine with no module, driver or GPU just
  * reports FLASHC_BACKEND_CUDA unavailable, with the reason. */
 #include "core.h"
+#include "common/knobs.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -29,8 +30,8 @@ static void self_dir(char *buf, size_t len) {
 
 static void load_module(void) {
     char path[4096];
-    const char *env = getenv("FLASHC_CUDA_MODULE");
-    if (env && *env) {
+    const char *env = fc_knob_cuda_module();
+    if (env) {
         snprintf(path, sizeof path, "%s", env);
     } else {
         char dir[3800];

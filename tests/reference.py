@@ -2,7 +2,9 @@
 
 The attention reference materialises the full softmax with EXPLICIT masks
 (visible_mask below is the only place the masking rules are written, and
-it is written from the header's text, not from the library's code). The same
+it is written from the header's text, not from the library's code); the
+score modifiers (softcap, ALiBi) are written once too, in `scores`, in
+flashc.h's order: scale, softcap, ALiBi bias, mask, softmax with the sink. The same
 function, run in float32 with P rounded to the input dtype, is the "naive
 same-precision implementation" that tolerances are measured against.
 
@@ -84,14 +86,61 @@ def visible_mask(Sq, Sk, *, causal=False, window=(-1, -1), sink_tokens=0, rows=N
     return np.broadcast_to(mask, shape)
 
 
+# ----------------------------------------------------------------- scores
+
+
+def alibi_bias(slopes, B, Hq, Sq, Sk, rows=None, compute=np.float64):
+    """The ALiBi term [B or 1, Hq, rows, Sk] that is SUBTRACTED from the
+    logits: slope[b, h] · |i + Sk − Sq − j| (flashc.h; bottom-right aligned
+    like the masks). slopes: [Hq] or [B, Hq]."""
+    s = np.asarray(slopes).astype(compute)
+    s = s.reshape(1, Hq, 1, 1) if s.ndim == 1 else s.reshape(B, Hq, 1, 1)
+    i = (np.arange(Sq) if rows is None else np.asarray(rows)).astype(np.int64)[:, None]
+    j = np.arange(Sk, dtype=np.int64)[None, :]
+    dist = np.abs(i + (Sk - Sq) - j).astype(compute)
+    return s * dist
+
+
+def scores(q, k, *, softmax_scale=None, softcap=None, alibi_slopes=None, Sq=None, rows=None,
+           compute=np.float64):
+    """(x, t): the modified logits x [B, Hq, rows, Sk] before masking, and
+    t = tanh(scale·<q, k>/softcap) (None without softcap) for the backward.
+
+    q [B, rows, Hq, D] (already restricted to `rows`), k [B, Sk, Hkv, D];
+    Sq: the full query length (for the ALiBi distance; default q's).
+      x = scale · <q_i, k_j>
+      x = softcap · tanh(x / softcap)         (softcap > 0)
+      x = x − slope[b, h] · |i + Sk − Sq − j|  (alibi_slopes given)
+    """
+    q = np.asarray(q).astype(compute)
+    k = np.asarray(k).astype(compute)
+    B, R, Hq, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    Sq = R if Sq is None else Sq
+    scale = 1.0 / math.sqrt(D) if softmax_scale in (None, 0) else float(softmax_scale)
+    qt = q.transpose(0, 2, 1, 3)                                    # [B, Hq, R, D]
+    kt = np.repeat(k, Hq // Hkv, axis=2).transpose(0, 2, 1, 3)      # [B, Hq, Sk, D]
+    x = np.matmul(qt, kt.transpose(0, 1, 3, 2)) * compute(scale)    # [B, Hq, R, Sk]
+    t = None
+    if softcap:
+        c = compute(softcap)
+        with np.errstate(invalid="ignore"):
+            t = np.tanh(x / c)
+        x = c * t
+    if alibi_slopes is not None:
+        x = x - alibi_bias(alibi_slopes, B, Hq, Sq, Sk, rows, compute)
+    return x, t
+
+
 # -------------------------------------------------------------- attention
 
 
 def attention_reference(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1),
-                        sink_tokens=0, sinks=None, compute=np.float64, p_dtype=None,
-                        out_dtype=None, rows=None):
+                        sink_tokens=0, sinks=None, softcap=None, alibi_slopes=None,
+                        compute=np.float64, p_dtype=None, out_dtype=None, rows=None):
     """(o [B, Sq, Hq, D], lse [B, Hq, Sq]) by the materialised softmax.
 
+    softcap / alibi_slopes: the score modifiers of flashc.h (see `scores`).
     rows: compute only these query rows (o [B, len(rows), Hq, D]) — for
           sequences too long to materialise whole.
     compute: arithmetic dtype (float64 = the reference; float32 = naive).
@@ -109,13 +158,11 @@ def attention_reference(q, k, v, *, causal=False, softmax_scale=None, window=(-1
     g = Hq // Hkv
     if rows is not None:
         q = q[:, np.asarray(rows)]
-    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
 
     # Query head h reads key/value head h // g (np.repeat repeats each head g times).
-    qt = q.transpose(0, 2, 1, 3)                                    # [B, Hq, Sq, D]
-    kt = np.repeat(k, g, axis=2).transpose(0, 2, 1, 3)              # [B, Hq, Sk, D]
-    vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)
-    x = np.matmul(qt, kt.transpose(0, 1, 3, 2)) * compute(scale)    # [B, Hq, Sq, Sk]
+    vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)              # [B, Hq, Sk, D]
+    x, _ = scores(q, k, softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=alibi_slopes,
+                  Sq=Sq, rows=rows, compute=compute)                # [B, Hq, Sq, Sk]
     mask = visible_mask(Sq, Sk, causal=causal, window=window, sink_tokens=sink_tokens, rows=rows)
     x = np.where(mask, x, compute(-np.inf))
     m = np.max(x, axis=-1, initial=-np.inf)                         # [B, Hq, Sq]
@@ -150,32 +197,31 @@ def attention_naive(q, k, v, dtype_name_, **kw):
                                **kw)
 
 
-def attention_backward_reference(do, q, k, v, *, causal=False, softmax_scale=None,
-                                 window=(-1, -1), sink_tokens=0, sinks=None):
-    """Float64 (dq, dk, dv, dsinks or None) by differentiating the
-    materialised softmax (flashc.h's backward formulas)."""
-    f = np.float64
-    do, q, k, v = (np.asarray(a).astype(f) for a in (do, q, k, v))
+def _backward(do, q, k, v, o, lse, *, causal, softmax_scale, window, sink_tokens, sinks,
+              softcap, alibi_slopes, compute):
+    """The materialised backward (flashc.h) from given o and lse, in `compute`."""
+    f = compute
+    do, q, k, v, o = (np.asarray(a).astype(f) for a in (do, q, k, v, o))
     B, Sq, Hq, D = q.shape
     _, Sk, Hkv, _ = k.shape
     g = Hq // Hkv
-    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
-    o, lse = attention_reference(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                                 window=window, sink_tokens=sink_tokens, sinks=sinks)
-    qt = q.transpose(0, 2, 1, 3)
+    scale = f(1.0 / math.sqrt(D) if softmax_scale in (None, 0) else softmax_scale)
+    qt, dot, ot = (a.transpose(0, 2, 1, 3) for a in (q, do, o))
     kt = np.repeat(k, g, axis=2).transpose(0, 2, 1, 3)
     vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)
-    dot = do.transpose(0, 2, 1, 3)
-    ot = o.transpose(0, 2, 1, 3)
     mask = visible_mask(Sq, Sk, causal=causal, window=window, sink_tokens=sink_tokens)
-    x = np.matmul(qt, kt.transpose(0, 1, 3, 2)) * scale
+    x, t = scores(q, k, softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=alibi_slopes,
+                  compute=f)
+    lse = np.asarray(lse).astype(f)
     with np.errstate(invalid="ignore", over="ignore"):
-        lse_safe = np.where(np.isfinite(lse), lse, 0)
-        p = np.where(mask, np.exp(x - lse_safe[..., None]), 0.0)  # [B, Hq, Sq, Sk]
+        lse_safe = np.where(np.isfinite(lse), lse, f(0))
+        p = np.where(mask, np.exp(x - lse_safe[..., None]), f(0))  # [B, Hq, Sq, Sk]
     delta = np.sum(dot * ot, axis=-1)                               # [B, Hq, Sq]
     dv = np.matmul(p.transpose(0, 1, 3, 2), dot)                    # [B, Hq, Sk, D]
     dp = np.matmul(dot, vt.transpose(0, 1, 3, 2))
     ds = p * (dp - delta[..., None])
+    if t is not None:  # d(c·tanh(u/c))/du = 1 − tanh²; ALiBi adds a constant
+        ds = np.where(mask, ds * (f(1) - t * t), f(0))
     dq = np.matmul(ds, kt) * scale
     dk = np.matmul(ds.transpose(0, 1, 3, 2), qt) * scale
     # GQA: sum over the query heads of each K/V head.
@@ -183,12 +229,42 @@ def attention_backward_reference(do, q, k, v, *, causal=False, softmax_scale=Non
     dv = dv.reshape(B, Hkv, g, Sk, D).sum(axis=2)
     dsinks = None
     if sinks is not None:
-        s = np.asarray(sinks, f).reshape(1, Hq, 1)
+        s = np.asarray(sinks).astype(f).reshape(1, Hq, 1)
         with np.errstate(over="ignore", invalid="ignore"):
             psink = np.exp(s - lse)
         dsinks = -np.sum(psink * delta, axis=(0, 2))
     return (dq.transpose(0, 2, 1, 3), dk.transpose(0, 2, 1, 3), dv.transpose(0, 2, 1, 3),
             dsinks)
+
+
+def attention_backward_reference(do, q, k, v, *, causal=False, softmax_scale=None,
+                                 window=(-1, -1), sink_tokens=0, sinks=None, softcap=None,
+                                 alibi_slopes=None):
+    """Float64 (dq, dk, dv, dsinks or None) by differentiating the
+    materialised softmax (flashc.h's backward formulas):
+      dS = P ∘ (dP − Δ), times (1 − tanh²(scale·<q, k>/c)) with softcap c;
+      dQ = scale · dS K, dK = scale · dSᵀ Q; the ALiBi slopes are constants."""
+    kw = dict(causal=causal, softmax_scale=softmax_scale, window=window,
+              sink_tokens=sink_tokens, sinks=sinks, softcap=softcap, alibi_slopes=alibi_slopes)
+    f = np.float64
+    do, q, k, v = (np.asarray(a).astype(f) for a in (do, q, k, v))
+    o, lse = attention_reference(q, k, v, **kw)
+    return _backward(do, q, k, v, o, lse, compute=f, **kw)
+
+
+def attention_backward_naive(do, q, k, v, o, lse, dtype_name_, *, causal=False,
+                             softmax_scale=None, window=(-1, -1), sink_tokens=0, sinks=None,
+                             softcap=None, alibi_slopes=None):
+    """The naive same-precision backward: the materialised backward in the
+    precision flashc computes in (fp32; F64 for F64) from the o and lse that
+    flashc's forward gave, gradients rounded to the dtype (dsinks stays in the
+    sinks' float type)."""
+    f = np.float64 if dtype_name_ == "float64" else np.float32
+    dq, dk, dv, ds = _backward(do, q, k, v, o, lse, causal=causal, softmax_scale=softmax_scale,
+                               window=window, sink_tokens=sink_tokens, sinks=sinks,
+                               softcap=softcap, alibi_slopes=alibi_slopes, compute=f)
+    dt = np_dtype(dtype_name_)
+    return dq.astype(dt), dk.astype(dt), dv.astype(dt), ds
 
 
 def attention_flops(B, Sq, Sk, Hq, D, causal=False, window=(-1, -1), sink_tokens=0):

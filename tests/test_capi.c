@@ -112,6 +112,160 @@ static void check_attention_values(void) {
     CHECK(maxerr < 1e-12, "attention F64 max error %.3g", maxerr);
 }
 
+/* The 0.1 layout of flashc_attn_params (up to and including `stream`), as a
+ * caller compiled against flashc 0.1 has it: the library must accept its
+ * size and read no byte past it. */
+typedef struct attn_params_v1 {
+    uint32_t struct_size;
+    int32_t backend;
+    double softmax_scale;
+    int32_t causal;
+    int32_t deterministic;
+    int64_t window_left;
+    int64_t window_right;
+    int64_t num_sink_tokens;
+    const void *sink_logits;
+    void *stream;
+} attn_params_v1;
+
+typedef char v1_size_matches[sizeof(attn_params_v1) == FLASHC_ATTN_PARAMS_SIZE_V1 ? 1 : -1];
+
+static int same_bytes(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+
+/* A 0.1 caller (0.1 struct size, sink_logits pointer, dsinks argument) and a
+ * 0.2 caller (current struct, params.sinks / params.dsinks tensors) of the
+ * same problem get the same bytes, forward and backward; unknown sizes are
+ * FLASHC_ERR_PARAMS_SIZE. */
+static void check_params_versions(void) {
+    enum { B = 2, SQ = 6, SK = 9, HQ = 4, HKV = 2, D = 8 };
+    static float q[B * SQ * HQ * D], k[B * SK * HKV * D], v[B * SK * HKV * D], dout[B * SQ * HQ * D];
+    static float o1[B * SQ * HQ * D], o2[B * SQ * HQ * D], l1[B * HQ * SQ], l2[B * HQ * SQ];
+    static float dq1[B * SQ * HQ * D], dk1[B * SK * HKV * D], dv1[B * SK * HKV * D];
+    static float dq2[B * SQ * HQ * D], dk2[B * SK * HKV * D], dv2[B * SK * HKV * D];
+    static float sinks[HQ], sinks_strided[3 * HQ], ds1[HQ], ds2[2 * HQ];
+    for (size_t i = 0; i < sizeof q / sizeof *q; ++i) q[i] = (float)frand(), dout[i] = (float)frand();
+    for (size_t i = 0; i < sizeof k / sizeof *k; ++i) k[i] = (float)frand(), v[i] = (float)frand();
+    for (int h = 0; h < 3 * HQ; ++h) sinks_strided[h] = NAN;
+    for (int h = 0; h < HQ; ++h) sinks[h] = sinks_strided[3 * h] = (float)frand();
+    flashc_tensor tq = t4(q, FLASHC_F32, B, SQ, HQ, D), tk = t4(k, FLASHC_F32, B, SK, HKV, D);
+    flashc_tensor tv = t4(v, FLASHC_F32, B, SK, HKV, D), tdo = t4(dout, FLASHC_F32, B, SQ, HQ, D);
+    flashc_tensor to1 = t4(o1, FLASHC_F32, B, SQ, HQ, D), to2 = t4(o2, FLASHC_F32, B, SQ, HQ, D);
+    const int64_t lshape[3] = {B, HQ, SQ}, hshape[1] = {HQ};
+    flashc_tensor tl1 = t_nd(l1, FLASHC_F32, 3, lshape), tl2 = t_nd(l2, FLASHC_F32, 3, lshape);
+    flashc_tensor tdq1 = t4(dq1, FLASHC_F32, B, SQ, HQ, D), tdk1 = t4(dk1, FLASHC_F32, B, SK, HKV, D);
+    flashc_tensor tdv1 = t4(dv1, FLASHC_F32, B, SK, HKV, D), tdq2 = t4(dq2, FLASHC_F32, B, SQ, HQ, D);
+    flashc_tensor tdk2 = t4(dk2, FLASHC_F32, B, SK, HKV, D), tdv2 = t4(dv2, FLASHC_F32, B, SK, HKV, D);
+    flashc_tensor tsinks = t_nd(sinks_strided, FLASHC_F32, 1, hshape); /* stride 3 */
+    tsinks.strides[0] = 3;
+    flashc_tensor tds = t_nd(ds2 + 2 * HQ - 1, FLASHC_F32, 1, hshape);  /* stride -2 */
+    tds.strides[0] = -2;
+
+    /* Exactly V1 bytes on the heap: a read past them is out of bounds. */
+    attn_params_v1 *v1 = malloc(sizeof *v1);
+    memset(v1, 0, sizeof *v1);
+    v1->struct_size = FLASHC_ATTN_PARAMS_SIZE_V1;
+    v1->backend = FLASHC_BACKEND_CPU;
+    v1->softmax_scale = 0.3;
+    v1->causal = 1;
+    v1->deterministic = 1;
+    v1->window_left = 4;
+    v1->window_right = -1;
+    v1->num_sink_tokens = 1;
+    v1->sink_logits = sinks;
+    const flashc_attn_params *pv1 = (const flashc_attn_params *)(const void *)v1;
+    flashc_status s = flashc_attn_fwd(&tq, &tk, &tv, &to1, &tl1, pv1);
+    CHECK(s == FLASHC_OK, "fwd with the 0.1 struct size: %s %s", flashc_status_string(s), flashc_last_error());
+    s = flashc_attn_bwd(&tdo, &tq, &tk, &tv, &to1, &tl1, &tdq1, &tdk1, &tdv1, ds1, pv1);
+    CHECK(s == FLASHC_OK, "bwd with the 0.1 struct size: %s %s", flashc_status_string(s), flashc_last_error());
+
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    p.softmax_scale = 0.3;
+    p.causal = 1;
+    p.window_left = 4;
+    p.num_sink_tokens = 1;
+    p.sinks = &tsinks;
+    p.dsinks = &tds;
+    s = flashc_attn_fwd(&tq, &tk, &tv, &to2, &tl2, &p);
+    CHECK(s == FLASHC_OK, "fwd with params.sinks: %s %s", flashc_status_string(s), flashc_last_error());
+    s = flashc_attn_bwd(&tdo, &tq, &tk, &tv, &to2, &tl2, &tdq2, &tdk2, &tdv2, NULL, &p);
+    CHECK(s == FLASHC_OK, "bwd with params.dsinks: %s %s", flashc_status_string(s), flashc_last_error());
+    CHECK(same_bytes(o1, o2, sizeof o1) && same_bytes(l1, l2, sizeof l1),
+          "0.1 struct + sink_logits and 0.2 struct + params.sinks: different forward results");
+    CHECK(same_bytes(dq1, dq2, sizeof dq1) && same_bytes(dk1, dk2, sizeof dk1) && same_bytes(dv1, dv2, sizeof dv1),
+          "0.1 and 0.2 callers: different dq/dk/dv");
+    int ds_same = 1;
+    for (int h = 0; h < HQ; ++h) ds_same &= same_bytes(&ds1[h], &ds2[2 * HQ - 1 - 2 * h], sizeof(float));
+    CHECK(ds_same, "dsinks argument and params.dsinks (stride -2): different values");
+
+    /* The 0.2 struct with the legacy pointer gives the same bytes too. */
+    p.sinks = NULL;
+    p.sink_logits = sinks;
+    s = flashc_attn_fwd(&tq, &tk, &tv, &to2, &tl2, &p);
+    CHECK(s == FLASHC_OK && same_bytes(o1, o2, sizeof o1), "0.2 struct with sink_logits: %s", flashc_last_error());
+
+    /* Sizes this library does not know. */
+    const uint32_t bad_sizes[] = {0, 4, FLASHC_ATTN_PARAMS_SIZE_V1 - 8, FLASHC_ATTN_PARAMS_SIZE_V1 + 8,
+                                  (uint32_t)sizeof(flashc_attn_params) - 8, (uint32_t)sizeof(flashc_attn_params) + 8,
+                                  0xFFFFFFFFu};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof *bad_sizes; ++i) {
+        p = flashc_attn_params_default();
+        p.struct_size = bad_sizes[i];
+        EXPECT_ERR(flashc_attn_fwd(&tq, &tk, &tv, &to2, NULL, &p), FLASHC_ERR_PARAMS_SIZE, "struct_size");
+        EXPECT_ERR(flashc_attn_bwd(&tdo, &tq, &tk, &tv, &to2, &tl2, &tdq2, &tdk2, &tdv2, NULL, &p),
+                   FLASHC_ERR_PARAMS_SIZE, "struct_size");
+    }
+    free(v1);
+}
+
+/* softcap and ALiBi ([B, Hq] slopes, Sq != Sk, causal, GQA) in F64 against a
+ * naive loop written here from flashc.h: x = scale·<q,k>; x = c·tanh(x/c);
+ * x -= slope·|i + Sk − Sq − j|; mask; softmax. */
+static void check_score_modifier_values(void) {
+    enum { B = 2, SQ = 5, SK = 9, HQ = 4, HKV = 2, D = 7 };
+    static double q[B * SQ * HQ * D], k[B * SK * HKV * D], v[B * SK * HKV * D], o[B * SQ * HQ * D];
+    static double lse[B * HQ * SQ], slopes[B * HQ];
+    for (size_t i = 0; i < sizeof q / sizeof *q; ++i) q[i] = 2.0 * frand(), o[i] = NAN;
+    for (size_t i = 0; i < sizeof k / sizeof *k; ++i) k[i] = 2.0 * frand(), v[i] = frand();
+    for (int i = 0; i < B * HQ; ++i) slopes[i] = 0.3 * frand();
+    flashc_tensor tq = t4(q, FLASHC_F64, B, SQ, HQ, D), tk = t4(k, FLASHC_F64, B, SK, HKV, D);
+    flashc_tensor tv = t4(v, FLASHC_F64, B, SK, HKV, D), to = t4(o, FLASHC_F64, B, SQ, HQ, D);
+    const int64_t lshape[3] = {B, HQ, SQ}, sshape[2] = {B, HQ};
+    flashc_tensor tl = t_nd(lse, FLASHC_F64, 3, lshape), ts = t_nd(slopes, FLASHC_F64, 2, sshape);
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    p.causal = 1;
+    p.softcap = 1.5;
+    p.alibi_slopes = &ts;
+    flashc_status s = flashc_attn_fwd(&tq, &tk, &tv, &to, &tl, &p);
+    CHECK(s == FLASHC_OK, "attn_fwd softcap+alibi: %s %s", flashc_status_string(s), flashc_last_error());
+    const double scale = 1.0 / sqrt((double)D);
+    double maxerr = 0.0;
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < HQ; ++h) {
+            const int kh = h / (HQ / HKV);
+            for (int i = 0; i < SQ; ++i) {
+                double x[SK], m = -INFINITY, l = 0.0;
+                const int last = i + (SK - SQ);
+                for (int j = 0; j <= last; ++j) {
+                    double dot = 0.0;
+                    for (int d = 0; d < D; ++d)
+                        dot += q[((b * SQ + i) * HQ + h) * D + d] * k[((b * SK + j) * HKV + kh) * D + d];
+                    x[j] = p.softcap * tanh(scale * dot / p.softcap) - slopes[b * HQ + h] * fabs((double)(last - j));
+                    if (x[j] > m) m = x[j];
+                }
+                for (int j = 0; j <= last; ++j) l += exp(x[j] - m);
+                for (int d = 0; d < D; ++d) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= last; ++j) acc += exp(x[j] - m) * v[((b * SK + j) * HKV + kh) * D + d];
+                    maxerr = fmax(maxerr, fabs(acc / l - o[((b * SQ + i) * HQ + h) * D + d]));
+                }
+                maxerr = fmax(maxerr, fabs(m + log(l) - lse[(b * HQ + h) * SQ + i]));
+            }
+        }
+    CHECK(maxerr < 1e-12, "attention F64 softcap+alibi max error %.3g", maxerr);
+}
+
 static void check_weighted_sum_values(void) {
     enum { R = 37, D = 19 };
     static float x[R * D], w[D], y[R], dy[R], dx[R * D], dw[D];
@@ -223,6 +377,51 @@ static void check_error_paths(void) {
     EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, &lse, NULL), FLASHC_ERR_DTYPE, "lse.dtype");
     lse.dtype = FLASHC_F32;
 
+    /* 0.2 fields: softcap, ALiBi slopes, sink tensors */
+    p = flashc_attn_params_default();
+    p.softcap = -1.0;
+    EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT, "params.softcap=-1");
+    p.softcap = NAN;
+    EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT, "params.softcap");
+    p.softcap = INFINITY;
+    EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT, "params.softcap");
+    {
+        static float hv[64];
+        for (int i = 0; i < 64; ++i) hv[i] = 0.5f;
+        const int64_t h12[1] = {12}, h13[1] = {13}, b2h12[2] = {2, 12}, h3d[3] = {1, 12, 1};
+        flashc_tensor sl = t_nd(hv, FLASHC_F32, 1, h12);
+        p = flashc_attn_params_default();
+        p.alibi_slopes = &sl;
+        CHECK(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p) == FLASHC_OK, "valid [Hq] slopes: %s", flashc_last_error());
+        hv[5] = NAN;
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT,
+                   "alibi_slopes[0, 5]=nan is not finite");
+        hv[5] = 0.5f;
+        sl = t_nd(hv, FLASHC_F32, 1, h13);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_SHAPE, "alibi_slopes.shape[0]=13 must equal Hq=12");
+        sl = t_nd(hv, FLASHC_F32, 2, b2h12);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_SHAPE, "alibi_slopes.shape[0]=2 must equal B=1");
+        sl = t_nd(hv, FLASHC_F32, 3, h3d);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_SHAPE, "alibi_slopes.ndim=3");
+        sl = t_nd(hv, FLASHC_F16, 1, h12);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_DTYPE, "alibi_slopes.dtype=F16");
+        sl = t_nd(hv, FLASHC_F64, 1, h12);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_DTYPE, "alibi_slopes.dtype=F64");
+        sl = t_nd(NULL, FLASHC_F32, 1, h12);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_NULL_POINTER, "alibi_slopes");
+
+        flashc_tensor sk = t_nd(hv, FLASHC_F32, 1, h12);
+        p = flashc_attn_params_default();
+        p.sinks = &sk;
+        p.sink_logits = hv;
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT, "give the sink logits once");
+        p.sink_logits = NULL;
+        sk = t_nd(hv, FLASHC_F32, 1, h13);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_SHAPE, "sinks.shape[0]=13 must equal Hq=12");
+        sk = t_nd(hv, FLASHC_BF16, 1, h12);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_DTYPE, "sinks.dtype=BF16");
+    }
+
     /* backward */
     float sinks[12] = {0};
     p = flashc_attn_params_default();
@@ -235,6 +434,25 @@ static void check_error_paths(void) {
     bad = q;
     bad.dtype = FLASHC_BF16;
     EXPECT_ERR(flashc_attn_bwd(&bad, &q, &k, &v, &o, &lse, &q, &k, &v, NULL, NULL), FLASHC_ERR_DTYPE, "dout");
+    {
+        const int64_t h12[1] = {12}, h11[1] = {11};
+        float dsk[12];
+        flashc_tensor tsk = t_nd(sinks, FLASHC_F32, 1, h12), tdsk = t_nd(dsk, FLASHC_F32, 1, h12);
+        p = flashc_attn_params_default();
+        p.sinks = &tsk;
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &k, &v, &o, &lse, &q, &k, &v, NULL, &p), FLASHC_ERR_NULL_POINTER, "dsinks");
+        p.dsinks = &tdsk;
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &k, &v, &o, &lse, &q, &k, &v, dsk, &p), FLASHC_ERR_INVALID_ARGUMENT,
+                   "give the sink gradient once");
+        tdsk = t_nd(dsk, FLASHC_F32, 1, h11);
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &k, &v, &o, &lse, &q, &k, &v, NULL, &p), FLASHC_ERR_SHAPE,
+                   "dsinks.shape[0]=11 must equal Hq=12");
+        tdsk = t_nd(dsk, FLASHC_F64, 1, h12);
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &k, &v, &o, &lse, &q, &k, &v, NULL, &p), FLASHC_ERR_DTYPE, "dsinks.dtype=F64");
+        tdsk = t_nd(dsk, FLASHC_F32, 1, h12);
+        tdsk.strides[0] = 0;
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &k, &v, &o, &lse, &q, &k, &v, NULL, &p), FLASHC_ERR_STRIDE, "dsinks");
+    }
 
     /* weighted sum */
     const int64_t xs[2] = {3, 4}, ws[1] = {4}, ys[1] = {3}, wbad[1] = {5};
@@ -274,6 +492,8 @@ int main(void) {
     CHECK(flashc_cuda_free(NULL) == FLASHC_OK, "free(NULL)");
     check_error_paths();
     check_attention_values();
+    check_params_versions();
+    check_score_modifier_values();
     check_weighted_sum_values();
     printf("test_capi: %d checks, %d failed (cpu isa %s, cuda %s)\n", checks, failures, flashc_cpu_isa(),
            cuda ? "available" : "unavailable");

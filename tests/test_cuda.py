@@ -18,12 +18,14 @@ from flashc import _lib
 from reference import (
     DTYPES,
     assert_close,
+    attention_backward_naive,
     attention_backward_reference,
     attention_naive,
     attention_reference,
     lse_dtype,
     max_abs_err,
     np_dtype,
+    visible_mask,
     weighted_sum_backward_reference,
     weighted_sum_reference,
 )
@@ -677,3 +679,259 @@ def test_wgmma_forward_is_a_different_kernel(rng, D):
     b, _ = _wg_fwd_run(q, k, v, None, "mma")
     assert a.tobytes() != b.tobytes()
     assert _rel_l2(a, b) < 1e-2
+
+# ====================================================================
+# Score modifiers (softcap, ALiBi slopes) on CUDA, forward and backward, on
+# every kernel family: FLASHC_CUDA_KERNEL=generic (SIMT), =mma (mma.sync
+# forward, tensor-core backward) and the default (the wgmma forward on
+# compute capability 9.0). Device-resident inputs, slopes and sinks;
+# NaN-poisoned outputs; each result against the float64 reference (within
+# the naive same-precision error for the forward, by relative L2 for the
+# backward) and cross-checked with flashc's CPU float64 result on the same
+# inputs. D = 64 and 128 reach the fast kernels; 40, 96, 256 the others.
+# ====================================================================
+
+_KERNELS = [None, "mma", "generic"]
+
+_MOD_SETS = {
+    "softcap": dict(softcap=2.5),
+    "alibi_h": dict(alibi="h"),
+    "alibi_bh": dict(alibi="bh"),
+    "both": dict(softcap=4.0, alibi="bh", softmax_scale=0.2),
+}
+
+_MOD_MASKS = [
+    dict(causal=True),
+    dict(),
+    dict(window=(40, 8), sink_tokens=2),
+    dict(causal=True, use_sinks=True),
+]
+
+
+def _slopes(rng, B, Hq, kind, dtype):
+    if kind == "h":
+        return (2.0 ** (-8.0 * np.arange(1, Hq + 1) / Hq)).astype(dtype)
+    s = rng.uniform(0.0, 0.25, (B, Hq)).astype(dtype)
+    s[-1, 0] = -0.05
+    return s
+
+
+def _mods_inputs(rng, B, Sq, Sk, Hq, Hkv, D, dtype, mods, mask):
+    q, k, v = (rand(rng, s, dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    kw = dict(mask)
+    mods = dict(mods)
+    alibi = mods.pop("alibi", None)
+    kw.update(mods)
+    if alibi:
+        kw["alibi_slopes"] = _slopes(rng, B, Hq, alibi, lse_dtype(dtype))
+    if kw.pop("use_sinks", False):
+        kw["sinks"] = (rng.standard_normal(Hq) * 2).astype(lse_dtype(dtype))
+    return q, k, v, kw
+
+
+def _on_device(kw):
+    """kw with slopes and sinks as DeviceArrays ([B, Hq] slopes transposed
+    in device memory: any strides)."""
+    out = dict(kw)
+    for name in ("alibi_slopes", "sinks"):
+        a = kw.get(name)
+        if a is None:
+            continue
+        if a.ndim == 2:
+            out[name] = fcuda.to_device(np.ascontiguousarray(a.T)).T
+        else:
+            out[name] = fcuda.to_device(a)
+    return out
+
+
+def _cpu_f64(q, k, v, kw):
+    f = np.float64
+    kw64 = {n: (a.astype(f) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
+    return flashc.attention(q.astype(f), k.astype(f), v.astype(f), return_lse=True,
+                            backend="cpu", **kw64)
+
+
+def _mods_fwd_case(rng, monkeypatch, B, Sq, Sk, Hq, Hkv, D, dtype, mods, mask):
+    q, k, v, kw = _mods_inputs(rng, B, Sq, Sk, Hq, Hkv, D, dtype, mods, mask)
+    ro, rl = attention_reference(q, k, v, **kw)
+    no, nl = attention_naive(q, k, v, dtype, **kw)
+    co, cl = _cpu_f64(q, k, v, kw)
+    dkw = _on_device(kw)
+    dq_, dk_, dv_ = (fcuda.to_device(a) for a in (q, k, v))
+    for kernel in _KERNELS:
+        if kernel is None:
+            monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+        else:
+            monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
+        o = fcuda.to_device(np.full(q.shape, np.nan, q.dtype))
+        lse = fcuda.to_device(np.full((B, Hq, Sq), np.nan, lse_dtype(dtype)))
+        flashc.attention(dq_, dk_, dv_, out=(o, lse), return_lse=True, **dkw)
+        o, lse = o.numpy(), lse.numpy()
+        what = "%s kernel" % (kernel or "default")
+        assert not np.isnan(np.asarray(o, np.float64)).any(), what + ": NaN in o"
+        assert not np.isnan(lse).any(), what + ": NaN in lse"
+        assert_close(o, ro, no, dtype, what + " o")
+        assert_close(lse, rl, nl, lse_dtype(dtype).__name__, what + " lse")
+        assert_close(o, co, no, dtype, what + " o vs CPU F64")
+        assert_close(lse, cl, nl, lse_dtype(dtype).__name__, what + " lse vs CPU F64")
+    monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [64, 128, 40, 96, 256])
+@pytest.mark.parametrize("mods", list(_MOD_SETS))
+def test_score_mods_forward(rng, monkeypatch, mods, D, dtype):
+    i = list(_MOD_SETS).index(mods) + [64, 128, 40, 96, 256].index(D)
+    mask = _MOD_MASKS[i % len(_MOD_MASKS)]
+    _mods_fwd_case(rng, monkeypatch, 2, 77, 130, 8, 2, D, dtype, _MOD_SETS[mods], mask)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("mask", _MOD_MASKS, ids=["causal", "full", "window-sinktok", "causal-sinks"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_score_mods_forward_fast_kernels(rng, monkeypatch, dtype, mask, D):
+    # Multi-tile shapes (Sq != Sk, masked rows at Sq > Sk) on the fast kernels.
+    _mods_fwd_case(rng, monkeypatch, 1, 300, 1000, 8, 2, D, dtype, _MOD_SETS["both"], mask)
+    _mods_fwd_case(rng, monkeypatch, 1, 300, 100, 4, 1, D, dtype, _MOD_SETS["softcap"], mask)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("mods", ["softcap", "both"])
+def test_score_mods_decode(rng, monkeypatch, mods, dtype):
+    _mods_fwd_case(rng, monkeypatch, 3, 1, 1000, 8, 2, 128, dtype, _MOD_SETS[mods],
+                   dict(causal=True, window=(300, 0), sink_tokens=4, use_sinks=True))
+
+
+_MOD_BWD_TOL = {"bfloat16": 2.5e-2, "float16": 6e-3, "float32": 2e-5, "float64": 1e-10}
+
+
+def _mods_bwd_case(rng, monkeypatch, B, Sq, Sk, Hq, Hkv, D, dtype, mods, mask):
+    q, k, v, kw = _mods_inputs(rng, B, Sq, Sk, Hq, Hkv, D, dtype, mods, mask)
+    do = rand(rng, q.shape, dtype)
+    f = np.float64
+    kw64 = {n: (a.astype(f) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
+    ref = attention_backward_reference(do, q, k, v, **kw64)
+    dkw = _on_device(kw)
+    dq_, dk_, dv_, ddo = (fcuda.to_device(a) for a in (q, k, v, do))
+    errs = {}
+    for kernel in ("generic", "mma", None):
+        if kernel is None:
+            monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+        else:
+            monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
+        o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True, **dkw)
+        outs = tuple(fcuda.to_device(np.full(a.shape, np.nan, a.dtype)) for a in (q, k, v))
+        if "sinks" in kw:
+            outs += (fcuda.to_device(np.full(Hq, np.nan, lse_dtype(dtype))),)
+        g = [x.numpy() for x in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, out=outs,
+                                                          **dkw)]
+        what = "%s kernel" % (kernel or "default")
+        e = {}
+        for name, a, r in zip(("dq", "dk", "dv", "dsinks"), g, ref):
+            assert np.isfinite(np.asarray(a, np.float64)).all(), "%s %s: NaN/unwritten" % (what,
+                                                                                        name)
+            e[name] = _rel_l2(a, r)
+        if dtype in ("float32", "float64"):
+            naive = attention_backward_naive(do, q, k, v, o.numpy(), lse.numpy(), dtype, **kw)
+            for name, a, r, n in zip(("dq", "dk", "dv", "dsinks"), g, ref, naive):
+                if r is not None:
+                    assert_close(a, r, n, dtype, "%s %s" % (what, name), factor=4.0)
+        errs[kernel or "default"] = e
+    tol = _MOD_BWD_TOL[dtype]
+    for kernel, e in errs.items():
+        for name, x in e.items():
+            assert x < max(tol, 3.0 * errs["generic"][name]), \
+                "%s %s rel-L2 %.3g (generic %.3g) tol %.3g" % (kernel, name, x,
+                                                               errs["generic"][name], tol)
+    monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+    print("mods-bwd %s D%d %s %s: %s" % (dtype, D, mods, mask, errs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [64, 128, 40, 96, 256])
+@pytest.mark.parametrize("mods", list(_MOD_SETS))
+def test_score_mods_backward(rng, monkeypatch, mods, D, dtype):
+    i = list(_MOD_SETS).index(mods) + 2 * [64, 128, 40, 96, 256].index(D)
+    mask = _MOD_MASKS[i % len(_MOD_MASKS)]
+    _mods_bwd_case(rng, monkeypatch, 2, 77, 130, 8, 2, D, dtype, _MOD_SETS[mods], mask)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_score_mods_backward_larger(rng, monkeypatch, dtype, D):
+    _mods_bwd_case(rng, monkeypatch, 1, 300, 280, 4, 1, D, dtype, _MOD_SETS["both"],
+                   dict(causal=True, window=(64, -1), sink_tokens=5, use_sinks=True))
+    _mods_bwd_case(rng, monkeypatch, 1, 200, 60, 4, 2, D, dtype, _MOD_SETS["softcap"],
+                   dict(causal=True, use_sinks=True))  # rows with no visible key
+
+
+@pytest.mark.parametrize("kernel", _KERNELS, ids=["default", "mma", "generic"])
+@pytest.mark.parametrize("mods", ["plain", "softcap", "both"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_score_mods_masked_keys_robust(rng, monkeypatch, kernel, mods, dtype):
+    """NaN/Inf in keys and values a row cannot see leave that row's o, lse
+    and dq, and the clean keys' dk/dv, bit-identical (each kernel)."""
+    if kernel:
+        monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
+    else:
+        monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+    B, Sq, Sk, Hq, Hkv, D = 1, 200, 260, 4, 2, 64
+    mask = dict(causal=True, window=(70, 0))
+    q, k, v, kw = _mods_inputs(rng, B, Sq, Sk, Hq, Hkv, D, dtype,
+                               _MOD_SETS.get(mods, {}), mask)
+    bad = (np.arange(Sk) >= 150) & (np.arange(Sk) < 170)
+    vis = visible_mask(Sq, Sk, **mask)
+    clean = ~vis[:, bad].any(axis=1)
+    assert clean.any() and bad.any()
+    pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(q.dtype)
+    kp, vp = k.copy(), v.copy()
+    kp[:, bad] = pattern
+    vp[:, bad] = pattern
+    dkw = _on_device(kw)
+    do = fcuda.to_device(rand(rng, q.shape, dtype))
+    D_ = fcuda.to_device
+    o, lse = flashc.attention(D_(q), D_(k), D_(v), return_lse=True, **dkw)
+    op, lp = flashc.attention(D_(q), D_(kp), D_(vp), return_lse=True, **dkw)
+    on, ln, opn, lpn = o.numpy(), lse.numpy(), op.numpy(), lp.numpy()
+    assert opn[:, clean].tobytes() == on[:, clean].tobytes(), "o changed"
+    assert lpn[:, :, clean].tobytes() == ln[:, :, clean].tobytes(), "lse changed"
+    g = [x.numpy() for x in flashc.attention_backward(do, D_(q), D_(k), D_(v), o, lse, **dkw)]
+    gp = [x.numpy() for x in flashc.attention_backward(do, D_(q), D_(kp), D_(vp), o, lse,
+                                                       **dkw)]
+    assert gp[0][:, clean].tobytes() == g[0][:, clean].tobytes(), "dq changed"
+    assert gp[1][:, ~bad].tobytes() == g[1][:, ~bad].tobytes(), "dk changed"
+    assert gp[2][:, ~bad].tobytes() == g[2][:, ~bad].tobytes(), "dv changed"
+
+
+def test_score_mods_device_slopes_wrong_dtype(rng):
+    d = fcuda.to_device(rand(rng, (1, 4, 2, 8), "float32"))
+    for bad in (np.zeros(2, np.float64), np.zeros(2, np.float16)):
+        with pytest.raises(flashc.FlashcError) as ei:
+            flashc.attention(d, d, d, alibi_slopes=fcuda.to_device(bad))
+        assert ei.value.status == _lib.FLASHC_ERR_DTYPE and "alibi_slopes" in ei.value.message
+
+
+def test_score_mods_device_slopes_wrong_shape(rng):
+    d = fcuda.to_device(rand(rng, (1, 4, 2, 8), "float32"))
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(d, d, d, alibi_slopes=fcuda.to_device(np.zeros(3, np.float32)))
+    assert ei.value.status == _lib.FLASHC_ERR_SHAPE
+    assert "alibi_slopes.shape[0]=3 must equal Hq=2" in ei.value.message
+
+
+def test_score_mods_staged_nan_slopes(rng):
+    # NumPy slopes copied to the device are checked on the host (the CUDA
+    # backend does not inspect device memory).
+    q = rand(rng, (1, 4, 2, 8), "float32")
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(q, q, q, alibi_slopes=np.array([0.5, np.nan], np.float32),
+                         backend="cuda")
+    assert ei.value.status == _lib.FLASHC_ERR_INVALID_ARGUMENT
+    assert "is not finite" in ei.value.message
+
+
+def test_score_mods_softcap_invalid_on_cuda(rng):
+    d = fcuda.to_device(rand(rng, (1, 4, 2, 8), "float32"))
+    with pytest.raises(flashc.FlashcError) as ei:
+        flashc.attention(d, d, d, softcap=-2.0)
+    assert ei.value.status == _lib.FLASHC_ERR_INVALID_ARGUMENT

@@ -699,3 +699,263 @@ def test_last_error_not_clobbered_by_other_thread_success():
     t.start()
     t.join()
     assert "is not a multiple of" in last_error()
+
+
+# ------------------------------------------- score modifiers, sinks (0.2)
+# Values are validated in C; the FlashcError carries the library's message.
+
+
+def slopes_for(q, shape=None, dtype=None):
+    Hq = q.shape[2]
+    return np.full(shape or (Hq,), 0.5, dtype or np.float32)
+
+
+@pytest.mark.parametrize("softcap", [-1.0, -1e-30, float("nan"), float("inf"), -float("inf")])
+def test_softcap_invalid(softcap):
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, softcap=softcap,
+           match="params.softcap")
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, q, q, k, v, o, lse,
+           softcap=softcap, match="params.softcap")
+
+
+def test_softcap_not_a_number_type():
+    q, k, v = qkv()
+    with pytest.raises((TypeError, ValueError)):
+        flashc.attention(q, k, v, softcap="big")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("batched", [False, True], ids=["Hq", "B_Hq"])
+def test_alibi_slopes_not_finite_cpu(bad, batched):
+    q, k, v = qkv(B=2)
+    s = slopes_for(q, (2, q.shape[2]) if batched else None)
+    s[(1, 2) if batched else 2] = bad
+    e = expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, alibi_slopes=s,
+               backend="cpu", match="alibi_slopes[")
+    assert "is not finite" in e.message
+    assert ("[1, 2]" if batched else "[0, 2]") in e.message
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, q, q, k, v, o, lse,
+           alibi_slopes=s, match="is not finite")
+
+
+def test_alibi_slopes_nan_outside_the_view_is_fine():
+    # Only the elements the strides reach are read: NaN between them is not an error.
+    q, k, v = qkv()
+    buf = np.full(2 * q.shape[2], np.nan, np.float32)
+    buf[::2] = 0.25
+    o = flashc.attention(q, k, v, alibi_slopes=buf[::2])
+    np.testing.assert_array_equal(o, flashc.attention(q, k, v, alibi_slopes=buf[::2].copy()))
+
+
+@pytest.mark.parametrize("shape,match", [
+    ((5,), "alibi_slopes.shape[0]=5 must equal Hq=4"),             # [Hq + 1]
+    ((3,), "alibi_slopes.shape[0]=3 must equal Hq=4"),
+    ((3, 4), "alibi_slopes.shape[0]=3 must equal B=2"),            # [B + 1, Hq]
+    ((2, 5), "alibi_slopes.shape[1]=5 must equal Hq=4"),
+    ((2, 4, 1), "alibi_slopes.ndim=3"),                            # 3-D
+    ((), "alibi_slopes.ndim=0"),
+])
+def test_alibi_slopes_wrong_shape(shape, match):
+    q, k, v = qkv(B=2)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v, alibi_slopes=np.zeros(shape, np.float32),
+           match=match)
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention_backward, q, q, k, v, o, lse,
+           alibi_slopes=np.zeros(shape, np.float32), match=match)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex64])
+def test_alibi_slopes_non_float_dtype(dtype):
+    # Host float arrays are converted; anything else is refused in Python.
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v,
+           alibi_slopes=np.ones(q.shape[2], dtype), match="alibi_slopes has dtype")
+
+
+@pytest.mark.parametrize("qdtype,sdtype,match", [
+    (np.float32, 1, "alibi_slopes.dtype=F16, expected F32 for F32 inputs"),
+    (np.float32, 3, "alibi_slopes.dtype=F64, expected F32 for F32 inputs"),
+    (np.float64, 0, "alibi_slopes.dtype=F32, expected F64 for F64 inputs"),
+    (np.float16, 1, "alibi_slopes.dtype=F16, expected F32 for F16 inputs"),
+    (np.float32, 9, "alibi_slopes.dtype=9"),
+])
+def test_alibi_slopes_wrong_dtype_raw(qdtype, sdtype, match):
+    """The library checks the dtype of a slopes tensor (the Python layer
+    converts host arrays, so this goes through the raw ABI)."""
+    q, k, v = qkv(dtype=qdtype)
+    o = np.empty_like(q)
+    s = np.zeros(8, np.float64)  # room for any dtype's 4 elements
+    ts = tensor(s, dtype=sdtype, shape=(q.shape[2],), strides=(1,))
+    p = _lib.attn_params_default()
+    p.alibi_slopes = ctypes.pointer(ts)
+    assert raw_fwd(*(tensor(a) for a in (q, k, v, o)), params=p) == S.FLASHC_ERR_DTYPE
+    assert match in last_error(), last_error()
+
+
+def test_alibi_slopes_null_data_raw():
+    keep, ts = _fwd_tensors()
+    s = tensor(np.zeros(4, np.float32))
+    s.data = None
+    p = _lib.attn_params_default()
+    p.alibi_slopes = ctypes.pointer(s)
+    assert raw_fwd(*ts, params=p) == S.FLASHC_ERR_NULL_POINTER
+    assert "alibi_slopes" in last_error()
+
+
+@pytest.mark.parametrize("shape,status,match", [
+    ((3,), "SHAPE", "sinks.shape[0]=3 must equal Hq=4"),
+    ((4, 1), "SHAPE", "sinks.ndim=2"),
+    ((1, 4), "SHAPE", "sinks.ndim=2"),
+])
+def test_sinks_wrong_shape(shape, status, match):
+    q, k, v = qkv()
+    expect(getattr(S, "FLASHC_ERR_" + status), flashc.attention, q, k, v,
+           sinks=np.zeros(shape, np.float32), match=match)
+
+
+def test_sinks_non_float_dtype():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, sinks=np.zeros(4, np.int32),
+           match="sinks has dtype int32")
+
+
+def _sink_tensor_call(sinks_t=None, dsinks_t=None, legacy_sinks=None, legacy_dsinks=None,
+                      bwd=False):
+    q, k, v = qkv()
+    s = np.zeros(4, np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, sinks=s)
+    g = [np.empty_like(a) for a in (q, k, v)]
+    p = _lib.attn_params_default()
+    if sinks_t is not None:
+        p.sinks = ctypes.pointer(sinks_t)
+    if dsinks_t is not None:
+        p.dsinks = ctypes.pointer(dsinks_t)
+    if legacy_sinks is not None:
+        p.sink_logits = legacy_sinks.ctypes.data
+    if not bwd:
+        return raw_fwd(tensor(q), tensor(k), tensor(v), tensor(np.empty_like(q)), params=p)
+    return _lib.flashc_attn_bwd(ref(tensor(q)), ref(tensor(q)), ref(tensor(k)), ref(tensor(v)),
+                                ref(tensor(o)), ref(tensor(lse)), ref(tensor(g[0])),
+                                ref(tensor(g[1])), ref(tensor(g[2])),
+                                legacy_dsinks.ctypes.data if legacy_dsinks is not None else None,
+                                ref(p))
+
+
+def test_sinks_given_twice_raw():
+    s = np.zeros(4, np.float32)
+    st = _sink_tensor_call(sinks_t=tensor(s), legacy_sinks=s)
+    assert st == S.FLASHC_ERR_INVALID_ARGUMENT and "give the sink logits once" in last_error()
+
+
+def test_dsinks_given_twice_raw():
+    s, ds = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    st = _sink_tensor_call(sinks_t=tensor(s), dsinks_t=tensor(ds), legacy_dsinks=ds, bwd=True)
+    assert st == S.FLASHC_ERR_INVALID_ARGUMENT and "give the sink gradient once" in last_error()
+
+
+@pytest.mark.parametrize("which", ["sinks", "dsinks"])
+@pytest.mark.parametrize("bad,status,match", [
+    (dict(dtype=1), "DTYPE", ".dtype=F16, expected F32"),
+    (dict(dtype=3), "DTYPE", ".dtype=F64, expected F32"),
+    (dict(shape=(5,), strides=(1,)), "SHAPE", ".shape[0]=5 must equal Hq=4"),
+    (dict(shape=(1, 4), strides=(4, 1)), "SHAPE", ".ndim=2, expected 1"),
+    (dict(data=0), "NULL_POINTER", ".data is NULL"),
+])
+def test_sink_tensors_invalid_raw(which, bad, status, match):
+    s, ds = np.zeros(8, np.float64), np.zeros(8, np.float64)  # room for any dtype
+    good = lambda a: tensor(a[:4].view(np.float32)[:4])  # noqa: E731  [4] float32
+    st_, dst_ = good(s), good(ds)
+    t = st_ if which == "sinks" else dst_
+    if "data" in bad:
+        t.data = None
+    if "dtype" in bad:
+        t.dtype = bad["dtype"]
+    if "shape" in bad:
+        t.ndim = len(bad["shape"])
+        for i, (n, st) in enumerate(zip(bad["shape"], bad["strides"])):
+            t.shape[i] = n
+            t.strides[i] = st
+    rc = _sink_tensor_call(sinks_t=st_, dsinks_t=dst_, bwd=True)
+    assert rc == getattr(S, "FLASHC_ERR_" + status), (last_error(), rc)
+    assert which + match in last_error(), last_error()
+    if which == "sinks":  # the forward checks the sinks the same way
+        assert _sink_tensor_call(sinks_t=st_) == getattr(S, "FLASHC_ERR_" + status)
+
+
+def test_dsinks_zero_stride_raw():
+    s, ds = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    t = tensor(ds)
+    t.strides[0] = 0
+    assert _sink_tensor_call(sinks_t=tensor(s), dsinks_t=t, bwd=True) == S.FLASHC_ERR_STRIDE
+    assert "dsinks" in last_error()
+
+
+def test_dsinks_out_wrong_shape_and_dtype():
+    q, k, v = qkv()
+    s = np.zeros(4, np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, sinks=s)
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention_backward, q, q, k, v, o, lse, sinks=s,
+           out=(None, None, None, np.empty(5, np.float32)), match="dsinks.shape[0]=5")
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention_backward, q, q, k, v, o, lse, sinks=s,
+           out=(None, None, None, np.empty(4, np.float64)), match="dsinks.dtype=F64")
+    # (strided sinks and dsinks are valid: tests/test_score_mods.py)
+
+
+def test_legacy_sink_pointer_still_works_raw():
+    """A caller of the 0.1 fields (sink_logits pointer, dsinks argument) gets
+    the results of the 0.2 tensors."""
+    q, k, v = qkv(dtype=np.float64)
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal(4)
+    do = rng.standard_normal(q.shape)
+    o, lse = flashc.attention(q, k, v, return_lse=True, sinks=s, causal=True)
+    g = flashc.attention_backward(do, q, k, v, o, lse, sinks=s, causal=True)
+    o1 = np.empty_like(q)
+    lse1 = np.empty_like(lse)
+    p = _lib.attn_params_default()
+    p.causal = 1
+    p.sink_logits = s.ctypes.data
+    assert raw_fwd(tensor(q), tensor(k), tensor(v), tensor(o1), tensor(lse1), params=p) == 0
+    assert o1.tobytes() == o.tobytes() and lse1.tobytes() == lse.tobytes()
+    g1 = [np.empty_like(a) for a in (q, k, v)]
+    ds1 = np.empty(4)
+    st = _lib.flashc_attn_bwd(ref(tensor(do)), ref(tensor(q)), ref(tensor(k)), ref(tensor(v)),
+                              ref(tensor(o)), ref(tensor(lse)), *(ref(tensor(a)) for a in g1),
+                              ds1.ctypes.data, ref(p))
+    assert st == 0, last_error()
+    for a, b in zip(g1 + [ds1], g):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_softmax_scale_zero_means_default():
+    # 0 means 1/sqrt(D), in C and in Python (it was an error in Python in 0.1).
+    q, k, v = qkv()
+    np.testing.assert_array_equal(flashc.attention(q, k, v, softmax_scale=0),
+                                  flashc.attention(q, k, v))
+
+
+def test_params_v1_size_ignores_new_fields_raw():
+    """struct_size = FLASHC_ATTN_PARAMS_SIZE_V1 (offsetof softcap): the 0.2
+    fields are not read, whatever they hold."""
+    keep, ts = _fwd_tensors()
+    base = np.empty_like(keep[3])
+    p = _lib.attn_params_default()
+    p.causal = 1
+    assert raw_fwd(*ts[:3], tensor(base), params=p) == 0
+    p.struct_size = _lib.flashc_attn_params.softcap.offset
+    p.softcap = -5.0                       # invalid if it were read
+    junk = tensor(np.zeros(3, np.float16))
+    p.alibi_slopes = ctypes.pointer(junk)  # wrong shape and dtype if it were read
+    p.sinks = ctypes.pointer(junk)
+    assert raw_fwd(*ts, params=p) == 0, last_error()
+    assert keep[3].tobytes() == base.tobytes()
+
+
+def test_params_new_fields_default():
+    p = _lib.flashc_attn_params_default()
+    assert p.softcap == 0.0
+    assert not p.alibi_slopes and not p.sinks and not p.dsinks
+    assert _lib.flashc_attn_params.softcap.offset == 64  # FLASHC_ATTN_PARAMS_SIZE_V1 on LP64

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -215,3 +216,174 @@ def test_errors_are_flashc_errors():
         ft.attention(q, q.to(torch.float64), q)
     with pytest.raises(flashc.FlashcError):
         ft.attention(q, q, q, sinks=torch.zeros(2))
+
+
+# ------------------------------------------------ softcap and ALiBi slopes
+
+
+def torch_reference(q, k, v, causal=False, window=(-1, -1), sink_tokens=0, sinks=None,
+                    softcap=None, alibi_slopes=None, softmax_scale=None):
+    """flashc.h's score pipeline in float64 torch math, differentiable by
+    torch itself: scale, softcap, ALiBi bias −slope·|i + Sk − Sq − j|, the
+    masks (bottom-right aligned), softmax with the sink logit as an extra
+    column."""
+    q, k, v = q.double(), k.double(), v.double()
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    kk, vv = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
+    scale = D ** -0.5 if not softmax_scale else softmax_scale
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(Sq, device=q.device)[:, None]
+    j = torch.arange(Sk, device=q.device)[None, :]
+    off = Sk - Sq
+    if alibi_slopes is not None:
+        sl = alibi_slopes.detach().double()
+        sl = sl.view(1, Hq, 1, 1) if sl.dim() == 1 else sl.view(B, Hq, 1, 1)
+        s = s - sl * (i + off - j).abs().double()
+    L, R = window
+    if causal:
+        R = 0
+    vis = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device)
+    right = (j <= i + off + R) if R >= 0 else vis
+    if L >= 0:
+        vis = vis & (j >= i + off - L)
+    vis = vis & right
+    if sink_tokens:
+        vis = vis | ((j < sink_tokens) & right)
+    s = s.masked_fill(~vis, float("-inf"))
+    if sinks is not None:
+        col = sinks.double().view(1, Hq, 1, 1).expand(B, Hq, Sq, 1)
+        s = torch.cat([s, col], dim=-1)
+    p = torch.softmax(s, dim=-1)
+    p = torch.nan_to_num(p, nan=0.0)  # rows with nothing visible and no sink
+    if sinks is not None:
+        p = p[..., :-1]
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv)
+
+
+def _slopes_t(B, Hq, batched, device):
+    if batched:
+        s = torch.rand(B, Hq, dtype=torch.float64, device=device) * 0.25
+        s[-1, 0] = -0.05
+        return s
+    return 2.0 ** (-8.0 * torch.arange(1, Hq + 1, dtype=torch.float64, device=device) / Hq)
+
+
+MODS_T = {
+    "softcap": dict(softcap=2.0),
+    "alibi_h": dict(alibi=False),
+    "alibi_bh": dict(alibi=True),
+    "both": dict(softcap=3.0, alibi=True, softmax_scale=0.3),
+}
+
+
+@pytest.mark.parametrize("mods", list(MODS_T))
+def test_gradcheck_score_mods(mods, device):
+    """torch.autograd.gradcheck (float64 finite differences) through softcap
+    and ALiBi, with sinks, GQA, a window and sink tokens."""
+    B, Sq, Sk, Hq, Hkv, D = 2, 5, 7, 4, 2, 3
+    kw = dict(MODS_T[mods])
+    alibi = kw.pop("alibi", None)
+    slopes = _slopes_t(B, Hq, alibi, device) if alibi is not None else None
+    q = randn(B, Sq, Hq, D, device=device)
+    k = randn(B, Sk, Hkv, D, device=device)
+    v = randn(B, Sk, Hkv, D, device=device)
+    s = randn(Hq, device=device)
+
+    def f(q, k, v, s):
+        return ft.attention(q, k, v, sinks=s, alibi_slopes=slopes, window=(3, 1), sink_tokens=1,
+                            **kw)
+
+    assert torch.autograd.gradcheck(f, (q, k, v, s), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+_MOD_TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (2e-4, 2e-4),
+            torch.float16: (2e-2, 2e-2), torch.bfloat16: (6e-2, 6e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("mods", list(MODS_T))
+@pytest.mark.parametrize("case", ["causal_gqa_sinks", "window_sinktok_sq_gt_sk"])
+def test_score_mods_match_torch_math(case, mods, dtype, device):
+    """flashc.torch.attention with softcap / ALiBi against the float64 torch
+    math reference, output and gradients (q, k, v, sinks); the slopes get no
+    gradient."""
+    if device == "cpu" and dtype in (torch.float16, torch.bfloat16):
+        pytest.skip("fp16/bf16 are compared on the GPU")
+    if case == "causal_gqa_sinks":
+        B, Sq, Sk, Hq, Hkv, D, mask = 2, 77, 90, 6, 2, 64, dict(causal=True)
+    else:
+        B, Sq, Sk, Hq, Hkv, D, mask = 1, 90, 60, 4, 1, 40, dict(window=(20, 5), sink_tokens=3)
+    kw = dict(MODS_T[mods])
+    alibi = kw.pop("alibi", None)
+    slopes = None
+    if alibi is not None:
+        slopes = _slopes_t(B, Hq, alibi, device).to(torch.float32).requires_grad_()
+    q, k, v = (torch.randn(B, S, H, D, device=device).to(dtype)
+               for S, H in ((Sq, Hq), (Sk, Hkv), (Sk, Hkv)))
+    sinks = torch.randn(Hq, device=device).to(torch.float64 if dtype == torch.float64
+                                              else torch.float32)
+    do = torch.randn(B, Sq, Hq, D, device=device).to(dtype)
+    o1, g1 = _run(lambda q, k, v, s: ft.attention(q, k, v, sinks=s, alibi_slopes=slopes,
+                                                  **mask, **kw), (q, k, v, sinks), do)
+    o2, g2 = _run(lambda q, k, v, s: torch_reference(q, k, v, sinks=s, alibi_slopes=slopes,
+                                                     **mask, **kw),
+                  [t.double() for t in (q, k, v, sinks)], do.double())
+    rtol, atol = _MOD_TOL[dtype]
+    torch.testing.assert_close(o1.double(), o2, rtol=rtol, atol=atol)
+    for name, a, b in zip(("dq", "dk", "dv", "dsinks"), g1, g2):
+        scale = 4 if dtype in (torch.float16, torch.bfloat16) else 1
+        if name == "dsinks":
+            scale *= 10
+        torch.testing.assert_close(a.double(), b, rtol=rtol, atol=atol * scale,
+                                   msg=lambda m: "%s: %s" % (name, m))
+    if slopes is not None:
+        assert slopes.grad is None  # constants
+
+
+def test_score_mods_slope_conversion(device):
+    """Slopes of another float dtype (and lists) are converted with torch, on
+    q's device; the same bits as float32 slopes."""
+    q = torch.randn(2, 9, 4, 16, device=device)
+    s = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=device)
+    base = ft.attention(q, q, q, causal=True, alibi_slopes=s)
+    for other in (s.double(), s.half(), s.cpu(), [0.5, 0.25, 0.125, 0.0625]):
+        torch.testing.assert_close(ft.attention(q, q, q, causal=True, alibi_slopes=other), base,
+                                   rtol=0, atol=0)
+    # The NumPy-layer entry point takes torch tensors too (its result is a
+    # NumPy array for CPU tensors, a flashc.cuda.DeviceArray for CUDA ones).
+    def host(x):
+        return x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(
+            x.numpy() if hasattr(x, "numpy") else x)
+
+    np_base = host(flashc.attention(q, q, q, causal=True, alibi_slopes=s))
+    np.testing.assert_array_equal(
+        host(flashc.attention(q, q, q, causal=True, alibi_slopes=s.half())), np_base)
+    np.testing.assert_array_equal(np_base, host(base))
+
+
+def test_score_mods_errors(device):
+    q = torch.randn(1, 4, 2, 8, device=device)
+    with pytest.raises(flashc.FlashcError) as ei:
+        ft.attention(q, q, q, softcap=-1.0)
+    assert "softcap" in ei.value.message
+    with pytest.raises(flashc.FlashcError) as ei:
+        ft.attention(q, q, q, alibi_slopes=torch.zeros(3, device=device))
+    assert "alibi_slopes.shape[0]=3" in ei.value.message
+    with pytest.raises(flashc.FlashcError) as ei:
+        ft.attention(q, q, q, alibi_slopes=torch.zeros(2, dtype=torch.int32, device=device))
+    assert "alibi_slopes" in ei.value.message
+    if device == "cpu":  # CUDA memory is not inspected
+        with pytest.raises(flashc.FlashcError) as ei:
+            ft.attention(q, q, q, alibi_slopes=torch.tensor([0.5, float("nan")]))
+        assert "is not finite" in ei.value.message
+
+
+def test_softmax_scale_zero_is_default(device):
+    q = torch.randn(1, 6, 2, 16, device=device)
+    torch.testing.assert_close(ft.attention(q, q, q, softmax_scale=0), ft.attention(q, q, q),
+                               rtol=0, atol=0)

@@ -15,82 +15,36 @@ Where the arrays live decides where the call runs:
 Mixing host and device arrays in one call is FlashcError
 (FLASHC_ERR_DEVICE_MISMATCH). Outputs are allocated C-contiguous where the
 inputs live unless given through out=.
+
+Validation is the library's: shapes, dtypes, strides and parameter values are
+checked in C and its message becomes the FlashcError. Python checks only what
+C cannot see (host/device placement, NumPy byte strides, and the ALiBi slopes
+of NumPy arrays that are copied to the device, which C does not read).
+
+Module graph (no cycles): _lib <- _errors <- _dtypes <- cuda <- _core;
+flashc.torch imports _core for the one params builder, attn_params().
 """
 
 import ctypes
 
 import numpy as np
 
-from . import _lib
+from . import _lib, cuda
+from ._dtypes import (CODE_NAMES as _CODE_NAMES, DTYPE_NAMES as _DTYPE_NAMES,
+                      bfloat16 as _bfloat16, dtype_code, is_float_dtype, lse_code as _lse_code,
+                      np_dtype)
+from ._errors import FlashcError, check as _check, fail as _fail
 
 __all__ = [
     "FlashcError", "attention", "attention_backward", "weighted_sum",
     "weighted_sum_backward", "backends", "backend_available", "cpu_isa", "cpu_features",
-    "version",
+    "version", "attn_params",
 ]
 
-# ------------------------------------------------------------------ errors
-
-
-class FlashcError(ValueError):
-    """A flashc call failed. `.status` is the flashc_status value,
-    `.status_name` its name ("FLASHC_ERR_SHAPE"), `.message` the library's
-    message (str(e) is "FLASHC_ERR_SHAPE: <message>")."""
-
-    def __init__(self, status, message):
-        self.status = int(status)
-        self.status_name = _lib.flashc_status_string(self.status).decode()
-        self.message = message
-        super().__init__("%s: %s" % (self.status_name, message))
-
-
-def _check(status):
-    # The message is thread-local in the library; this runs on the calling
-    # thread right after the call, so it is the call's own message.
-    if status != _lib.FLASHC_OK:
-        msg = _lib.flashc_last_error()
-        raise FlashcError(status, msg.decode("utf-8", "replace") if msg else "")
-
-
-def _fail(status, message):
-    raise FlashcError(status, message)
-
-
-# ------------------------------------------------------------------ dtypes
-
-_DTYPE_NAMES = {"float32": _lib.FLASHC_F32, "float16": _lib.FLASHC_F16,
-                "bfloat16": _lib.FLASHC_BF16, "float64": _lib.FLASHC_F64}
-_CODE_NAMES = {v: k for k, v in _DTYPE_NAMES.items()}
-
-
-def _bfloat16():
-    try:
-        import ml_dtypes
-    except ImportError as e:  # pragma: no cover - ml_dtypes is a listed dependency
-        raise ImportError("flashc: bfloat16 arrays need the ml_dtypes package "
-                          "(pip install ml_dtypes)") from e
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-def np_dtype(code):
-    """NumPy dtype of a flashc_dtype value (bfloat16 through ml_dtypes)."""
-    if code == _lib.FLASHC_BF16:
-        return _bfloat16()
-    return np.dtype(_CODE_NAMES[code])
-
-
-def dtype_code(dtype, name="array"):
-    """flashc_dtype of a NumPy dtype (or dtype name); FlashcError otherwise."""
-    try:
-        key = np.dtype(dtype).name
-    except TypeError:
-        key = str(dtype)
-    code = _DTYPE_NAMES.get(key)
-    if code is None:
-        _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; flashc supports float32, float16, "
-              "bfloat16 and float64" % (name, key))
-    return code
-
+# FlashcError, _check and _fail live in _errors, the dtype helpers in _dtypes
+# (so that cuda.py needs neither this module nor a lazy import); they are
+# re-exported here for callers of the 0.1 module layout.
+_ = _bfloat16, dtype_code, np_dtype, FlashcError
 
 # --------------------------------------------------------- backends, misc
 
@@ -206,7 +160,6 @@ def _is_torch(obj):
 
 
 def _is_device_obj(obj):
-    from . import cuda
     if isinstance(obj, cuda.DeviceArray):
         return True
     if _is_torch(obj):
@@ -221,7 +174,6 @@ _CAI_TYPES = {"<f4": _lib.FLASHC_F32, "<f2": _lib.FLASHC_F16, "<f8": _lib.FLASHC
 def _view_of(obj, name, writable=False):
     """A _View of obj without copying it (except a NumPy input whose byte
     strides are not a multiple of its itemsize, which is copied)."""
-    from . import cuda
     if isinstance(obj, cuda.DeviceArray):
         code = dtype_code(obj.dtype, name)
         es = _elem_strides(obj.strides, obj.itemsize)
@@ -310,37 +262,45 @@ class _Call:
 
     def input(self, obj, name):
         if self.staged:
-            from . import cuda
             arr = np.asarray(obj)
             dtype_code(arr.dtype, name)
             obj = cuda.to_device(arr)
         return _view_of(obj, name)
 
-    def small_input(self, obj, name, code, length):
-        """sinks: [length] contiguous of dtype `code` (the library cannot see
-        the length or dtype of a raw pointer, so they are checked here)."""
+    def head_vector(self, obj, name, code, finite=False):
+        """sinks / alibi_slopes: a per-head vector of float type `code` (F32;
+        F64 for F64 inputs), any shape and strides (the library checks them:
+        [Hq], or [B, Hq] for the slopes). Host arrays of another float dtype
+        and lists are converted, torch tensors are converted with torch; other
+        device arrays are passed as they are (the library rejects a wrong
+        dtype). finite: reject non-finite host values that are copied to the
+        device (the library reads them on the CPU backend only)."""
         want = np_dtype(code)
-        if self.on_device and _is_device_obj(obj):
-            v = _view_of(obj, name)
-            if v.code != code:
-                _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; it must be %s"
-                      % (name, _CODE_NAMES[v.code], want.name))
+        if _is_torch(obj):
+            obj = _torch_to(obj, want.name, name)
+            if not self.staged:
+                return _view_of(obj, name)
+            obj = obj.detach().numpy()
+        elif _is_device_obj(obj):
+            return _view_of(obj, name)
+        if isinstance(obj, np.ndarray):
+            if not is_float_dtype(obj.dtype):
+                _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; it must be %s (other float "
+                      "dtypes are converted)" % (name, obj.dtype.name, want.name))
+            arr = obj if obj.dtype == want else obj.astype(want)
         else:
-            arr = np.ascontiguousarray(np.asarray(obj), dtype=want)
-            if self.on_device:
-                from . import cuda
-                arr = cuda.to_device(arr)
-            v = _view_of(arr, name)
-        if v.shape != (length,):
-            _fail(_lib.FLASHC_ERR_SHAPE, "%s.shape=%s, expected (%d,)" % (name, v.shape, length))
-        if length > 1 and v.strides[0] != 1:
-            _fail(_lib.FLASHC_ERR_STRIDE, "%s must be contiguous (stride %d)" % (name, v.strides[0]))
-        return v
+            arr = np.asarray(obj, dtype=want)
+        if self.staged:
+            if finite and not np.isfinite(arr).all():
+                bad = np.argwhere(~np.isfinite(arr))[0]
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s[%s]=%g is not finite"
+                      % (name, ", ".join(str(int(i)) for i in bad), arr[tuple(bad)]))
+            arr = cuda.to_device(arr)
+        return _view_of(arr, name)
 
     def output(self, out, shape, code, name):
         """A writable view for an output: `out` when given, else a new array."""
         if self.staged:
-            from . import cuda
             if out is not None:
                 if not isinstance(out, np.ndarray):
                     _fail(_lib.FLASHC_ERR_DEVICE_MISMATCH, "%s must be a NumPy array" % name)
@@ -357,7 +317,6 @@ class _Call:
             return _view_of(d, name, writable=True)
         if out is None:
             if self.device:
-                from . import cuda
                 out = cuda.empty(shape, np_dtype(code))
             else:
                 out = np.empty(shape, np_dtype(code))
@@ -377,7 +336,6 @@ class _Call:
 
     def finish(self):
         if self.staged:
-            from . import cuda
             cuda.synchronize()  # the user's stream may not be the legacy one
 
 
@@ -385,16 +343,35 @@ def _tensor_or_null(view):
     return ctypes.byref(view.tensor()) if view is not None else None
 
 
+def _torch_to(t, dtype_name, name):
+    """torch tensor t as torch.<dtype_name> (same device); a float tensor of
+    another precision is converted, anything else is FlashcError."""
+    if str(t.dtype) == "torch." + dtype_name:
+        return t
+    if not t.is_floating_point():
+        _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; it must be torch.%s (other float "
+              "dtypes are converted)" % (name, t.dtype, dtype_name))
+    import torch  # present: t is a torch tensor
+    return t.detach().to(dtype=getattr(torch, dtype_name))
+
+
 # --------------------------------------------------------------- attention
 
-def _attn_params(call, causal, softmax_scale, window, sink_tokens, sinks_view, stream,
-                 deterministic=True):
+def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
+                softcap=None, sinks=None, alibi_slopes=None, dsinks=None, stream=None,
+                deterministic=True):
+    """The flashc_attn_params of one call: the one builder of every binding
+    (flashc.attention, flashc.attention_backward, flashc.torch).
+
+    backend: a flashc_backend code. stream: a cudaStream_t as an int, or None.
+    sinks, alibi_slopes, dsinks: flashc_tensor descriptions or None (the
+    returned struct holds pointers to them and keeps them alive).
+    softmax_scale: None or 0 -> 1/sqrt(D), as in C. softcap: None or 0 -> off.
+    window: (left, right), -1 or None = unbounded. Values go to the library
+    as given; it validates them (negative softcap, NaN scale, ...)."""
     p = _lib.attn_params_default()
-    p.backend = call.backend
+    p.backend = backend
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    if softmax_scale is not None and p.softmax_scale == 0.0:
-        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "softmax_scale=0 is not allowed "
-              "(None means 1/sqrt(D))")
     p.causal = 1 if causal else 0
     p.deterministic = 1 if deterministic else 0
     try:
@@ -405,9 +382,17 @@ def _attn_params(call, causal, softmax_scale, window, sink_tokens, sinks_view, s
     p.window_left = -1 if wl is None else int(wl)
     p.window_right = -1 if wr is None else int(wr)
     p.num_sink_tokens = int(sink_tokens)
-    p.sink_logits = sinks_view.ptr if sinks_view is not None else None
-    p.stream = _stream_handle(stream)
+    p.softcap = 0.0 if softcap is None else float(softcap)
+    # The 0.1 fields stay NULL: sink logits and their gradient travel as tensors.
+    p.sinks = ctypes.pointer(sinks) if sinks is not None else None
+    p.alibi_slopes = ctypes.pointer(alibi_slopes) if alibi_slopes is not None else None
+    p.dsinks = ctypes.pointer(dsinks) if dsinks is not None else None
+    p.stream = stream
     return p
+
+
+def _tensor_of(view):
+    return view.tensor() if view is not None else None
 
 
 def _split_out(out, n, what):
@@ -424,32 +409,61 @@ def _head_count(view, axis):
     return view.shape[axis] if len(view.shape) == 4 else 1
 
 
-def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
-              sinks=None, return_lse=False, backend="auto", out=None, stream=None):
-    """Scaled dot-product attention, FlashAttention-style (see flashc.h).
+_ATTN_DOC = """
+    Arguments (flashc.h, "Attention", has the exact semantics):
+      q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: one dtype of float32,
+        float16, bfloat16, float64; any strides (a [B, H, S, D] array is
+        passed as `x.transpose(0, 2, 1, 3)`); Hq % Hkv == 0 (GQA/MQA).
+      softmax_scale: the logit is softmax_scale * <q_i, k_j>; None or 0 means
+        1/sqrt(D) (the C default).
+      softcap: None or 0 = off; c > 0 caps the scaled logit to c * tanh(x / c)
+        (Gemma-2); finite and >= 0.
+      alibi_slopes: None = off; [Hq] or [B, Hq] slopes, float32 (float64 for
+        float64 inputs), any strides: the logit gets -slope * |i + Sk - Sq - j|
+        after the softcap (bottom-right aligned like the masks). Host arrays
+        of another float dtype and torch tensors are converted; other device
+        arrays must have the right dtype. They must be finite: checked on the
+        CPU backend and for NumPy arrays sent to the device; device memory is
+        not inspected.
+      causal: bottom-right aligned (row i sees j <= i + Sk - Sq).
+      window=(left, right), -1 = unbounded; sink_tokens: keys [0, N) stay
+        visible outside the window.
+      sinks: None, or [Hq] per-head sink logits (GPT-OSS; float32, float64 for
+        float64 inputs, converted like the slopes, any stride): one extra
+        logit in every softmax denominator.
+      backend: "auto" (where the arrays live), "cpu" or "cuda" (NumPy arrays
+        are then copied to the device and back). stream: a cudaStream_t (int)
+        or a stream object, used on the CUDA backend.
+    Order of operations: scale, softcap, ALiBi, mask, softmax with sink.
+"""
 
-    q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D], any strides (a [B, H, S, D]
-    array is passed as `x.transpose(0, 2, 1, 3)`). Returns o [B, Sq, Hq, D]
-    with q's dtype, or (o, lse) with lse [B, Hq, Sq] float32 (float64 for
-    float64 inputs) when return_lse. window=(left, right), -1 = unbounded;
-    causal is bottom-right aligned; sink_tokens keys [0, N) stay visible
-    outside the window; sinks is an optional per-head logit [Hq] (float32,
-    float64 for float64 inputs). out= is o, or a pair (o, lse). stream is a
-    cudaStream_t (int) or a stream object, used on the CUDA backend.
+
+def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
+              sinks=None, softcap=None, alibi_slopes=None, return_lse=False, backend="auto",
+              out=None, stream=None):
+    """Scaled dot-product attention, FlashAttention-style.
+
+    Returns o [B, Sq, Hq, D] with q's dtype, or (o, lse) with lse
+    [B, Hq, Sq] float32 (float64 for float64 inputs; natural log) when
+    return_lse. out= is o, or a pair (o, lse).
     """
     o_out, lse_out = _split_out(out, 2, "attention")
-    call = _Call(backend, {"q": q, "k": k, "v": v, "sinks": sinks},
+    call = _Call(backend, {"q": q, "k": k, "v": v, "sinks": sinks,
+                           "alibi_slopes": alibi_slopes},
                  {"out": o_out, "lse": lse_out})
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
-    sv = None
-    if sinks is not None:
-        sv = call.small_input(sinks, "sinks", _lse_code(qv.code), _head_count(qv, 2))
+    fcode = _lse_code(qv.code)
+    sv = call.head_vector(sinks, "sinks", fcode) if sinks is not None else None
+    av = (call.head_vector(alibi_slopes, "alibi_slopes", fcode, finite=True)
+          if alibi_slopes is not None else None)
     ov = call.output(o_out, qv.shape, qv.code, "out")
     lv = None
     if (return_lse or lse_out is not None) and len(qv.shape) == 4:
         B, Sq, Hq, _ = qv.shape
-        lv = call.output(lse_out, (B, Hq, Sq), _lse_code(qv.code), "lse")
-    p = _attn_params(call, causal, softmax_scale, window, sink_tokens, sv, stream)
+        lv = call.output(lse_out, (B, Hq, Sq), fcode, "lse")
+    p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
+                    sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
+                    alibi_slopes=_tensor_of(av), stream=_stream_handle(stream))
     st = _lib.flashc_attn_fwd(ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()),
                               ctypes.byref(vv.tensor()), ctypes.byref(ov.tensor()),
                               _tensor_or_null(lv), ctypes.byref(p))
@@ -461,51 +475,50 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sin
     return o
 
 
-def _lse_code(code):
-    return _lib.FLASHC_F64 if code == _lib.FLASHC_F64 else _lib.FLASHC_F32
+attention.__doc__ += _ATTN_DOC
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
-                       window=(-1, -1), sink_tokens=0, sinks=None, backend="auto", out=None,
-                       stream=None, deterministic=True):
-    """Gradients of attention() by recomputation from lse (same keyword
-    arguments as the forward call that produced o and lse).
+                       window=(-1, -1), sink_tokens=0, sinks=None, softcap=None,
+                       alibi_slopes=None, backend="auto", out=None, stream=None,
+                       deterministic=True):
+    """Gradients of attention() by recomputation from lse: call it with the
+    keyword arguments of the forward call that produced o and lse.
 
     Returns (dq, dk, dv), or (dq, dk, dv, dsinks) when sinks is given
-    (dsinks [Hq], sinks' dtype). out= may be a tuple of those arrays.
+    (dsinks [Hq], the sinks' float type, overwritten). The softcap's
+    derivative (1 - tanh^2) is applied; the ALiBi slopes are constants and
+    get no gradient. out= may be a tuple of those arrays (any strides).
     deterministic=False lets the CUDA backend use float atomics for dq.
     """
     n_out = 4 if sinks is not None else 3
     outs = _split_out(out, n_out, "attention_backward")
-    call = _Call(backend, {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "sinks": sinks},
+    call = _Call(backend, {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "sinks": sinks,
+                           "alibi_slopes": alibi_slopes},
                  {"dq": outs[0], "dk": outs[1], "dv": outs[2],
                   "dsinks": outs[3] if n_out == 4 else None})
     dov = call.input(do, "do")
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
     ov, lv = call.input(o, "o"), call.input(lse, "lse")
+    fcode = _lse_code(qv.code)
     sv = dsv = None
     if sinks is not None:
-        hq = _head_count(qv, 2)
-        sv = call.small_input(sinks, "sinks", _lse_code(qv.code), hq)
-        if outs[3] is not None:
-            dsv = call.output(outs[3], (hq,), sv.code, "dsinks")
-            if dsv.shape != (hq,) or (hq > 1 and dsv.strides[0] != 1):
-                _fail(_lib.FLASHC_ERR_SHAPE, "dsinks must be contiguous with shape (%d,), got %s"
-                      % (hq, dsv.shape))
-            if dsv.code != sv.code:
-                _fail(_lib.FLASHC_ERR_DTYPE, "dsinks must have dtype %s" % _CODE_NAMES[sv.code])
-        else:
-            dsv = call.output(None, (hq,), sv.code, "dsinks")
+        sv = call.head_vector(sinks, "sinks", fcode)
+        dsv = call.output(outs[3], (_head_count(qv, 2),), fcode, "dsinks")
+    av = (call.head_vector(alibi_slopes, "alibi_slopes", fcode, finite=True)
+          if alibi_slopes is not None else None)
     dqv = call.output(outs[0], qv.shape, qv.code, "dq")
     dkv = call.output(outs[1], kv.shape, kv.code, "dk")
     dvv = call.output(outs[2], vv.shape, vv.code, "dv")
-    p = _attn_params(call, causal, softmax_scale, window, sink_tokens, sv, stream, deterministic)
+    p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
+                    sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
+                    alibi_slopes=_tensor_of(av), dsinks=_tensor_of(dsv),
+                    stream=_stream_handle(stream), deterministic=deterministic)
     st = _lib.flashc_attn_bwd(ctypes.byref(dov.tensor()), ctypes.byref(qv.tensor()),
                               ctypes.byref(kv.tensor()), ctypes.byref(vv.tensor()),
                               ctypes.byref(ov.tensor()), ctypes.byref(lv.tensor()),
                               ctypes.byref(dqv.tensor()), ctypes.byref(dkv.tensor()),
-                              ctypes.byref(dvv.tensor()),
-                              dsv.ptr if dsv is not None else None, ctypes.byref(p))
+                              ctypes.byref(dvv.tensor()), None, ctypes.byref(p))
     _check(st)
     call.finish()
     res = (call.result(dqv), call.result(dkv), call.result(dvv))

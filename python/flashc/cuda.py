@@ -22,7 +22,8 @@ import threading
 import numpy as np
 
 from . import _lib
-from ._core import FlashcError, _check, _fail, dtype_code
+from ._dtypes import bfloat16 as _bfloat16, dtype_code
+from ._errors import FlashcError, check as _check, fail as _fail
 
 __all__ = ["DeviceArray", "to_device", "empty", "zeros", "synchronize", "device_count",
            "device_name", "set_device", "is_available", "unavailable_reason"]
@@ -112,7 +113,6 @@ def _contiguous_strides(shape, itemsize):
 
 def _np_dtype(dtype):
     if isinstance(dtype, str) and dtype == "bfloat16":
-        from ._core import _bfloat16
         return _bfloat16()
     return np.dtype(dtype)
 

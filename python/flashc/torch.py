@@ -18,8 +18,9 @@ CPU tensors run on the CPU backend; CUDA tensors are passed by data_ptr()
 to the CUDA backend on torch.cuda.current_stream(). Double backward is not
 supported.
 
-Built directly on the raw binding flashc._lib (one flashc_tensor per torch
-tensor, no copies of inputs).
+Built on the raw binding flashc._lib (one flashc_tensor per torch tensor, no
+copies of inputs) and the params builder the NumPy layer uses
+(flashc._core.attn_params), so that both read every argument the same way.
 """
 
 import ctypes
@@ -28,7 +29,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _lib
-from ._core import FlashcError
+from ._core import attn_params
+from ._errors import FlashcError, check as _check
 
 __all__ = ["attention", "weighted_sum"]
 
@@ -37,12 +39,6 @@ _CODES = {torch.float32: _lib.FLASHC_F32, torch.float16: _lib.FLASHC_F16,
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _check(status):
-    if status != _lib.FLASHC_OK:
-        msg = _lib.flashc_last_error()
-        raise FlashcError(status, msg.decode("utf-8", "replace") if msg else "")
 
 
 def _code(t, name):
@@ -90,41 +86,29 @@ def _ref(x):
 # ---------------------------------------------------------------- attention
 
 
-def _attn_params(backend, stream, causal, softmax_scale, window, sink_tokens, sinks):
-    p = _lib.attn_params_default()
-    p.backend = backend
-    p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    if softmax_scale is not None and p.softmax_scale == 0.0:
-        raise FlashcError(_lib.FLASHC_ERR_INVALID_ARGUMENT,
-                          "softmax_scale=0 is not allowed (None means 1/sqrt(D))")
-    p.causal = 1 if causal else 0
-    p.deterministic = 1
-    p.window_left = -1 if window[0] is None else int(window[0])
-    p.window_right = -1 if window[1] is None else int(window[1])
-    p.num_sink_tokens = int(sink_tokens)
-    p.sink_logits = sinks.data_ptr() if sinks is not None else None
-    p.stream = stream
-    return p
-
-
-def _sinks_for(sinks, q):
-    """sink logits as the library reads them: [Hq] contiguous, float32 (float64
-    for float64 q), on q's device."""
-    if sinks is None:
+def _head_vector(x, q, name):
+    """sinks / alibi_slopes as the library reads them: q's float type
+    (float64 for float64 q, else float32) on q's device, any strides (the
+    library checks the shape). A float tensor of another precision, or a
+    list, is converted; the result is detached (gradients are handled by
+    _Attention)."""
+    if x is None:
         return None
     want = torch.float64 if q.dtype == torch.float64 else torch.float32
-    s = sinks.detach().to(device=q.device, dtype=want).contiguous()
-    if q.dim() == 4 and s.shape != (q.shape[2],):
-        raise FlashcError(_lib.FLASHC_ERR_SHAPE, "sinks.shape=%s, expected (%d,)"
-                          % (tuple(s.shape), q.shape[2]))
-    return s
+    if not torch.is_tensor(x):
+        return torch.as_tensor(x, dtype=want, device=q.device)
+    if not x.is_floating_point():
+        raise FlashcError(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; it must be %s (other float "
+                          "dtypes are converted)" % (name, x.dtype, want))
+    return x.detach().to(device=q.device, dtype=want)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sinks, causal, softmax_scale, window, sink_tokens):
+    def forward(ctx, q, k, v, sinks, alibi_slopes, kw):
         q, k, v = q.detach(), k.detach(), v.detach()
-        s = _sinks_for(sinks, q)
+        s = _head_vector(sinks, q, "sinks")
+        a = _head_vector(alibi_slopes, q, "alibi_slopes")
         backend, stream = _placement((q, k, v))
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = None
@@ -132,58 +116,70 @@ class _Attention(torch.autograd.Function):
             lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]),
                               dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
                               device=q.device)
-        p = _attn_params(backend, stream, causal, softmax_scale, window, sink_tokens, s)
+        p = attn_params(backend, stream=stream,
+                        sinks=_tensor(s, "sinks") if s is not None else None,
+                        alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None, **kw)
         _check(_lib.flashc_attn_fwd(_ref(_tensor(q, "q")), _ref(_tensor(k, "k")),
                                     _ref(_tensor(v, "v")), _ref(_tensor(o, "o")),
                                     _ref(_tensor(lse, "lse")) if lse is not None else None,
                                     _ref(p)))
-        ctx.save_for_backward(q, k, v, o, lse, s)
-        ctx.args = (causal, softmax_scale, window, sink_tokens)
-        ctx.sinks_like = (sinks.dtype, sinks.device) if sinks is not None else None
+        ctx.save_for_backward(q, k, v, o, lse, s, a)
+        ctx.kw = kw
+        ctx.sinks_like = (sinks.dtype, sinks.device) if torch.is_tensor(sinks) else None
         return o
 
     @staticmethod
     @once_differentiable
     def backward(ctx, do):
-        q, k, v, o, lse, s = ctx.saved_tensors
-        causal, softmax_scale, window, sink_tokens = ctx.args
+        q, k, v, o, lse, s, a = ctx.saved_tensors
         backend, stream = _placement((q, k, v, do))
         if do.dtype != q.dtype:
             do = do.to(q.dtype)
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-        ds = torch.empty_like(s) if s is not None else None
-        p = _attn_params(backend, stream, causal, softmax_scale, window, sink_tokens, s)
+        ds = torch.empty(s.shape, dtype=s.dtype, device=s.device) if s is not None else None
+        p = attn_params(backend, stream=stream,
+                        sinks=_tensor(s, "sinks") if s is not None else None,
+                        alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
+                        dsinks=_tensor(ds, "dsinks") if ds is not None else None, **ctx.kw)
         _check(_lib.flashc_attn_bwd(_ref(_tensor(do, "dout")), _ref(_tensor(q, "q")),
                                     _ref(_tensor(k, "k")), _ref(_tensor(v, "v")),
                                     _ref(_tensor(o, "o")), _ref(_tensor(lse, "lse")),
                                     _ref(_tensor(dq, "dq")), _ref(_tensor(dk, "dk")),
-                                    _ref(_tensor(dv, "dv")),
-                                    ds.data_ptr() if ds is not None else None, _ref(p)))
-        if ds is not None:
+                                    _ref(_tensor(dv, "dv")), None, _ref(p)))
+        if ctx.sinks_like is None:
+            ds = None  # sinks given as a list: nothing to differentiate
+        elif ds is not None:
             ds = ds.to(dtype=ctx.sinks_like[0], device=ctx.sinks_like[1])
-        return dq, dk, dv, ds, None, None, None, None
+        # The ALiBi slopes are constants: no gradient (flashc.h, Backward).
+        return dq, dk, dv, ds, None, None
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
-              sinks=None):
+              sinks=None, softcap=None, alibi_slopes=None):
     """o = attention(q, k, v) with gradients for q, k, v and sinks.
 
     q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq % Hkv == 0: GQA/MQA), one
     dtype of float32/float16/bfloat16/float64, any strides, all on one
-    device (cpu or cuda). causal: bottom-right aligned. window=(left, right),
-    -1 = unbounded. sink_tokens: keys [0, N) always visible (StreamingLLM).
-    sinks: optional [Hq] per-head sink logits (GPT-OSS): an extra logit in
-    every softmax denominator, with no value. Returns o [B, Sq, Hq, D].
+    device (cpu or cuda). Returns o [B, Sq, Hq, D].
+      softmax_scale: None or 0 = 1/sqrt(D).
+      softcap: None or 0 = off; c > 0: the scaled logit becomes c·tanh(x/c)
+        (Gemma-2); the gradient flows through it (1 − tanh²).
+      alibi_slopes: None, or [Hq] / [B, Hq] slopes (any float dtype, converted
+        to float32 — float64 for float64 q — on q's device): the logit gets
+        −slope·|i + Sk − Sq − j| after the softcap. No gradient (constants).
+        Finite: checked for CPU tensors; CUDA memory is not inspected.
+      causal: bottom-right aligned. window=(left, right), -1 = unbounded.
+      sink_tokens: keys [0, N) always visible (StreamingLLM).
+      sinks: optional [Hq] per-head sink logits (GPT-OSS): an extra logit in
+        every softmax denominator, with no value; differentiable.
+    Order of operations (flashc.h): scale, softcap, ALiBi, mask, softmax
+    with the sink logit.
     """
-    try:
-        wl, wr = window
-    except (TypeError, ValueError):
-        raise TypeError("window must be a pair (left, right), -1 meaning unbounded; got %r"
-                        % (window,)) from None
-    return _Attention.apply(q, k, v, sinks, bool(causal), softmax_scale, (wl, wr),
-                            int(sink_tokens))
+    kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
+              sink_tokens=int(sink_tokens), softcap=softcap)
+    return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
 
 
 # ------------------------------------------------------------ weighted sum

@@ -5,6 +5,9 @@
  * one table of microkernels that work on packed tiles in the working
  * precision ("real": float for F32/F16/BF16, double for F64). Buffers are
  * passed as void * so that one driver serves both precisions; esz says which.
+ * The scalar table (attn_bwd_scalar.c) is the oracle; the AVX2 and AVX-512
+ * tables are one body (attn_bwd_simd_body.h) over the vector vocabulary of
+ * simd_<isa>.h and simd_score.h.
  */
 #ifndef FC_CPU_ATTN_BWD_H
 #define FC_CPU_ATTN_BWD_H
@@ -20,8 +23,26 @@
 #define FC_BWD_BC 64
 #define FC_BWD_NPAD 16
 
+/* The score pipeline of one tile (attn_score.h), in the microkernels' unit:
+ * u = mod.qk_mul·s, t = tanh(u), x = fc_score(mod, u, t, dist) with the ALiBi
+ * distance dist = i + Sk − Sq − j = dist0 + (query − key) in tile coordinates.
+ * dS' carries the softmax scale and the pipeline's derivative, so the tile
+ * products are dQ = dS' K, dK = dS'ᵀ Q. A head with mod.cap = mod.slope = 0
+ * (fc_bwd_score_plain) takes the microkernels' plain loop: x = u. */
+typedef struct fc_bwd_score {
+    fc_score_mod mod; /* fc_score_mod_make(params, b, h, kern->unit) */
+    double scale;     /* the softmax scale */
+    double dist0;     /* i0 + Sk − Sq − j0: the distance of tile element (query i0, key j0) */
+} fc_bwd_score;
+
+static inline int fc_bwd_score_plain(const fc_bwd_score *sc) {
+    return sc->mod.cap == 0.0 && sc->mod.slope == 0.0;
+}
+
 typedef struct fc_bwd_kern {
-    size_t esz; /* bytes per real: 4 (float) or 8 (double) */
+    size_t esz;  /* bytes per real: 4 (float) or 8 (double) */
+    double unit; /* 1: natural logits (the oracle); FC_LOG2E: the exp2 domain.
+                  * L (the log-sum-exp) is handed to ew_* multiplied by it. */
 
     /* c[m*ldc + n] (+)= Σ_{k<K} a[m*ars + k*acs] · b[k*ldb + n]
      * for m < M, n < N; N is a multiple of FC_BWD_NPAD. accumulate = 0
@@ -29,22 +50,39 @@ typedef struct fc_bwd_kern {
     void (*gemm)(int M, int N, int K, const void *a, ptrdiff_t ars, ptrdiff_t acs,
                  const void *b, ptrdiff_t ldb, void *c, ptrdiff_t ldc, int accumulate);
 
+    /* The accumulating gemm over only the pairs (m, k) whose query sees the
+     * key: q_is_m = 1 when m is the tile's query row and k the key (visible
+     * when FC_KEY_VISIBLE(se[m], lo[m], hi[m], k)), q_is_m = 0 the reverse
+     * (se[k], …, m). For b operands holding Inf/NaN (attn_bwd.c, ctx.guard_*):
+     * an invisible pair adds nothing, where gemm adds 0·NaN. On the visible
+     * pairs the arithmetic and the order are gemm's, and a is 0 on the
+     * invisible ones, so on finite data both give the same bits (up to the
+     * sign of a zero sum). */
+    void (*gemm_vis)(int M, int N, int K, const void *a, ptrdiff_t ars, ptrdiff_t acs,
+                     const void *b, ptrdiff_t ldb, void *c, ptrdiff_t ldc, int q_is_m,
+                     const int32_t *se, const int32_t *lo, const int32_t *hi);
+
     /* Elementwise step of one tile, rows = queries, columns = keys (pass 1).
-     * In: s = raw scores q·k (unscaled), dp = dO·vᵀ. Row r, column c is visible
-     * when c < se[r] || (lo[r] ≤ c < hi[r]). Out (in place):
-     *   s  ← P  = visible ? exp(scale·s − L[r]) : 0
-     *   dp ← dS' = scale · P · (dp − delta[r])           (scale folded in)
-     * ncols is a multiple of FC_BWD_NPAD. */
+     * In: s = raw scores <q, k> (unscaled), dp = dO·vᵀ, L = unit·lse and
+     * delta = Δ per row. Row r sees column c when
+     * FC_KEY_VISIBLE(se[r], lo[r], hi[r], c). Out (in place), with
+     * t = tanh(u) and x the modified logit in `unit` (fc_bwd_score):
+     *   s  ← P   = visible ? exp_unit(x − L[r]) : 0
+     *   dp ← dS' = visible ? scale · fc_score_dgrad(mod, t) · P · (dp − delta[r]) : 0
+     * Invisible entries are selected to 0, never multiplied by 0: s and dp
+     * may hold Inf/NaN there. ncols is a multiple of FC_BWD_NPAD. */
     void (*ew_q)(int rows, int ncols, void *s, void *dp, ptrdiff_t ld, const void *L,
-                 const void *delta, double scale, const int32_t *se, const int32_t *lo,
-                 const int32_t *hi);
+                 const void *delta, const fc_bwd_score *sc, const int32_t *se,
+                 const int32_t *lo, const int32_t *hi);
 
     /* The same with the tile transposed (pass 2): rows = keys, columns =
-     * queries; L, delta, se, lo, hi are indexed by the column, and row r is
-     * visible to column c when r < se[c] || (lo[c] ≤ r < hi[c]). */
+     * queries; L, delta, se, lo, hi are indexed by the column (ncols entries
+     * readable), row r is visible to column c when
+     * FC_KEY_VISIBLE(se[c], lo[c], hi[c], r), and the distance of element
+     * (r, c) is dist0 + c − r. */
     void (*ew_k)(int rows, int ncols, void *s, void *dp, ptrdiff_t ld, const void *L,
-                 const void *delta, double scale, const int32_t *se, const int32_t *lo,
-                 const int32_t *hi);
+                 const void *delta, const fc_bwd_score *sc, const int32_t *se,
+                 const int32_t *lo, const int32_t *hi);
 
     /* dst[r*ld + c] = (real) src[r*rs + c*cs] for r < rows, c < cols, and 0
      * for cols ≤ c < cols_pad. src has dtype `dtype`. */
@@ -73,6 +111,13 @@ void fc_bwd_pack_generic(size_t esz, int dtype, const void *src, int64_t rs, int
  *            even r < rows; an odd last row is paired with 0. */
 void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
                       const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+/* gemm_vis (above) for the pair layout, accumulating: K is the real
+ * reduction length (pairs K2 = ⌈K/2⌉; an index k ≥ K is invisible). A pair
+ * with one invisible member has that member's b half zeroed, so the visible
+ * product is vdpbf16ps's as in fc_bwd_bf16_gemm. */
+void fc_bwd_bf16_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                          const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
+                          const int32_t *se, const int32_t *lo, const int32_t *hi);
 void fc_bwd_bf16_cvt_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint16_t *dst,
                           ptrdiff_t ldd);
 void fc_bwd_bf16_pair_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint32_t *dst,

@@ -15,61 +15,96 @@
  * Rounding is to nearest even (vcvtne[2]ps2bf16); inputs that were bf16 to
  * begin with pass through unchanged. */
 #include "attn_bwd.h"
-
-#include <immintrin.h>
-
-#define FC_AI static inline __attribute__((always_inline))
+#include "simd_avx512.h" /* fp32 side; the bf16 pair operations have no counterpart elsewhere */
 
 /* ------------------------------------------------------------------- gemm */
 /* Register tile MR rows × NV vectors of 16 lanes: per pair step, NV loads of
- * b, MR 32-bit broadcasts of a, MR·NV vdpbf16ps. */
-FC_AI void mkbf(const int MR, const int NV, int K2, const uint32_t *a, ptrdiff_t ars,
-                ptrdiff_t acs, const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
-                int accumulate) {
-    __m512 acc[6][4];
+ * b, MR 32-bit broadcasts of a, MR·NV vdpbf16ps. VIS (compile-time):
+ * fc_bwd_bf16_gemm_vis, rows m0 + m of the product, K the real reduction
+ * length: a pair step whose two members are invisible to a row is skipped,
+ * one with a single invisible member has that member's half of b zeroed
+ * (b may be Inf/NaN there; its a is 0). The small loops are unrolled before
+ * GCC's scalar replacement, or the accumulators live on the stack (as
+ * attn_bwd_simd_body.h's FN(mk)). */
+FC_SI void mkbf(const int VIS, const int MR, const int NV, int K2, const uint32_t *a, ptrdiff_t ars,
+                ptrdiff_t acs, const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate, int K,
+                int q_is_m, int m0, const int32_t *se, const int32_t *lo, const int32_t *hi) {
+    fc_vf acc[6][4];
+#pragma GCC unroll 6
     for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-            acc[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+            acc[m][v] = accumulate ? fc_vf_load(c + m * ldc + 16 * v) : fc_vf_zero();
     for (int k = 0; k < K2; ++k) {
         __m512bh bv[4];
         const uint32_t *bk = b + (ptrdiff_t)k * ldb, *ak = a + (ptrdiff_t)k * acs;
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bk + 16 * v);
+#pragma GCC unroll 6
         for (int m = 0; m < MR; ++m) {
             const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ak[m * ars]);
+            if (VIS) {
+                int vis[2];
+                for (int h = 0; h < 2; ++h) {
+                    const int kk = 2 * k + h, q = q_is_m ? m0 + m : kk, key = q_is_m ? kk : m0 + m;
+                    vis[h] = kk < K && FC_KEY_VISIBLE(se[q], lo[q], hi[q], key);
+                }
+                if (!vis[0] && !vis[1]) continue;
+                if (!vis[0] || !vis[1]) { /* low half = even k */
+                    const __m512i keep = _mm512_set1_epi32(vis[0] ? 0x0000ffff : (int)0xffff0000u);
+#pragma GCC unroll 4
+                    for (int v = 0; v < NV; ++v)
+                        acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av,
+                                                     (__m512bh)_mm512_and_si512((__m512i)bv[v], keep));
+                    continue;
+                }
+            }
+#pragma GCC unroll 4
             for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av, bv[v]);
         }
     }
+#pragma GCC unroll 6
     for (int m = 0; m < MR; ++m)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) fc_vf_store(c + m * ldc + 16 * v, acc[m][v]);
 }
 
-#define MK_CASE(MR, NV) \
-    case (MR) * 8 + (NV): mkbf(MR, NV, K2, a, ars, acs, b, ldb, c, ldc, accumulate); break;
+#define MK_CASE(MR, NV)                                                                                  \
+    case (MR) * 8 + (NV):                                                                                \
+        mkbf(VIS, MR, NV, K2, am, ars, acs, b + n0, ldb, cm, ldc, accumulate, K, q_is_m, m0, se, lo, hi); \
+        break;
 
-static void mkbf_dispatch(int mr, int nv, int K2, const uint32_t *a, ptrdiff_t ars,
-                          ptrdiff_t acs, const uint32_t *b, ptrdiff_t ldb, float *c,
-                          ptrdiff_t ldc, int accumulate) {
-    switch (mr * 8 + nv) {
-    MK_CASE(1, 1) MK_CASE(1, 2) MK_CASE(1, 3) MK_CASE(1, 4)
-    MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3) MK_CASE(2, 4)
-    MK_CASE(3, 1) MK_CASE(3, 2) MK_CASE(3, 3) MK_CASE(3, 4)
-    MK_CASE(4, 1) MK_CASE(4, 2) MK_CASE(4, 3) MK_CASE(4, 4)
-    MK_CASE(5, 1) MK_CASE(5, 2) MK_CASE(5, 3) MK_CASE(5, 4)
-    MK_CASE(6, 1) MK_CASE(6, 2) MK_CASE(6, 3) MK_CASE(6, 4)
-    default: break;
-    }
-}
-
-void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
-                      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+FC_SI void bf16_gemm_body(const int VIS, int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                          const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate, int K,
+                          int q_is_m, const int32_t *se, const int32_t *lo, const int32_t *hi) {
     for (int n0 = 0; n0 < N; n0 += 64) {
         const int nv = (N - n0 >= 64 ? 64 : N - n0) / 16;
         for (int m0 = 0; m0 < M; m0 += 6) {
-            const int mr = M - m0 >= 6 ? 6 : M - m0;
-            mkbf_dispatch(mr, nv, K2, a + (ptrdiff_t)m0 * ars, ars, acs, b + n0, ldb,
-                          c + (ptrdiff_t)m0 * ldc + n0, ldc, accumulate);
+            const uint32_t *am = a + (ptrdiff_t)m0 * ars;
+            float *cm = c + (ptrdiff_t)m0 * ldc + n0;
+            switch ((M - m0 >= 6 ? 6 : M - m0) * 8 + nv) {
+            MK_CASE(1, 1) MK_CASE(1, 2) MK_CASE(1, 3) MK_CASE(1, 4)
+            MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3) MK_CASE(2, 4)
+            MK_CASE(3, 1) MK_CASE(3, 2) MK_CASE(3, 3) MK_CASE(3, 4)
+            MK_CASE(4, 1) MK_CASE(4, 2) MK_CASE(4, 3) MK_CASE(4, 4)
+            MK_CASE(5, 1) MK_CASE(5, 2) MK_CASE(5, 3) MK_CASE(5, 4)
+            MK_CASE(6, 1) MK_CASE(6, 2) MK_CASE(6, 3) MK_CASE(6, 4)
+            default: break;
+            }
         }
     }
+}
+#undef MK_CASE
+
+void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+    bf16_gemm_body(0, M, N, K2, a, ars, acs, b, ldb, c, ldc, accumulate, 2 * K2, 0, NULL, NULL, NULL);
+}
+
+void fc_bwd_bf16_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                          const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
+                          const int32_t *se, const int32_t *lo, const int32_t *hi) {
+    bf16_gemm_body(1, M, N, (K + 1) / 2, a, ars, acs, b, ldb, c, ldc, 1, K, q_is_m, se, lo, hi);
 }
 
 /* ------------------------------------------------------------------ packs */
@@ -80,11 +115,11 @@ void fc_bwd_bf16_cvt_rows(const float *src, ptrdiff_t lds, int rows, int cols, u
         uint16_t *d = dst + (ptrdiff_t)r * ldd;
         int c = 0;
         for (; c + 32 <= cols; c += 32) {
-            const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+            const __m512bh h = _mm512_cvtne2ps_pbh(fc_vf_load(s + c + 16), fc_vf_load(s + c));
             _mm512_storeu_si512(d + c, (__m512i)h);
         }
         for (; c < cols; c += 16)
-            _mm256_storeu_si256((__m256i *)(d + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c)));
+            _mm256_storeu_si256((__m256i *)(d + c), (__m256i)_mm512_cvtneps_pbh(fc_vf_load(s + c)));
     }
 }
 
@@ -99,8 +134,8 @@ void fc_bwd_bf16_pair_rows(const float *src, ptrdiff_t lds, int rows, int cols, 
         const int two = r + 1 < rows;
         uint32_t *d = dst + (ptrdiff_t)(r / 2) * ldd;
         for (int c = 0; c < cols; c += 16) {
-            const __m512 x = _mm512_loadu_ps(s0 + c);
-            const __m512 y = two ? _mm512_loadu_ps(s1 + c) : _mm512_setzero_ps();
+            const __m512 x = fc_vf_load(s0 + c);
+            const __m512 y = two ? fc_vf_load(s1 + c) : fc_vf_zero();
             const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(y, x);
             _mm512_storeu_si512(d + c, _mm512_permutexvar_epi16(ilv, h));
         }

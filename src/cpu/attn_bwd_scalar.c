@@ -49,10 +49,15 @@ static void pack_f64(int dtype, const void *src, int64_t rs, int64_t cs, int row
 }
 
 /* ---------------------------------------------------------- gemm and ew */
-/* Instantiated for float and double. The k loop is outermost per row of c, so
- * each c element is a sum in k order (the SIMD kernels keep the same order
- * per element but not the same rounding: FMA). */
-#define FC_BWD_SCALAR_KERNELS(T, SUF, EXP)                                                  \
+/* Instantiated for float and double, in natural units (unit 1: the oracle).
+ * The k loop is outermost per row of c, so each c element is a sum in k
+ * order (the SIMD kernels keep the same order per element but not the same
+ * rounding: FMA). The ew loops follow attn_bwd.h: forward line
+ *   P = exp(x − L), x = fc_score(mod, u, tanh u, dist), u = qk_mul·s,
+ * backward line dS' = scale · (1 − t²) · P · (dP − Δ) (softcap), invisible
+ * entries selected to 0 (s and dp may be Inf/NaN there). One branch per
+ * tile between the plain loop (x = u) and the modified one. */
+#define FC_BWD_SCALAR_KERNELS(T, SUF, EXP, TANH, MODT, MODOF, SCORE, DGRAD)                 \
     static void gemm_##SUF(int M, int N, int K, const void *a_, ptrdiff_t ars,              \
                            ptrdiff_t acs, const void *b_, ptrdiff_t ldb, void *c_,          \
                            ptrdiff_t ldc, int accumulate) {                                 \
@@ -69,40 +74,90 @@ static void pack_f64(int dtype, const void *src, int64_t rs, int64_t cs, int row
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
-    /* P = exp(scale·s − L) where visible, dS' = scale·P·(dP − Δ). */                      \
-    static void ew_q_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
-                           const void *L_, const void *dl_, double scale_,                  \
-                           const int32_t *se, const int32_t *lo, const int32_t *hi) {       \
-        T *s = (T *)s_, *dp = (T *)dp_;                                                     \
-        const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)scale_;                \
-        for (int r = 0; r < rows; ++r) {                                                    \
-            T *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;                    \
-            for (int c = 0; c < ncols; ++c) {                                               \
-                const int vis = c < se[r] || (c >= lo[r] && c < hi[r]);                     \
-                const T p = vis ? EXP(scale * sr[c] - L[r]) : (T)0;                         \
-                sr[c] = p;                                                                  \
-                dr[c] = vis ? scale * p * (dr[c] - dl[r]) : (T)0;                           \
+    /* gemm's loop with the invisible pairs skipped (attn_bwd.h). */                         \
+    static void gemm_vis_##SUF(int M, int N, int K, const void *a_, ptrdiff_t ars,          \
+                               ptrdiff_t acs, const void *b_, ptrdiff_t ldb, void *c_,      \
+                               ptrdiff_t ldc, int q_is_m, const int32_t *se,                \
+                               const int32_t *lo, const int32_t *hi) {                      \
+        const T *a = (const T *)a_, *b = (const T *)b_;                                     \
+        T *c = (T *)c_;                                                                     \
+        for (int m = 0; m < M; ++m) {                                                       \
+            T *cr = c + (ptrdiff_t)m * ldc;                                                 \
+            for (int k = 0; k < K; ++k) {                                                   \
+                const int q = q_is_m ? m : k, key = q_is_m ? k : m;                         \
+                if (!FC_KEY_VISIBLE(se[q], lo[q], hi[q], key)) continue;                    \
+                const T av = a[(ptrdiff_t)m * ars + (ptrdiff_t)k * acs];                    \
+                const T *br = b + (ptrdiff_t)k * ldb;                                       \
+                for (int n = 0; n < N; ++n) cr[n] += av * br[n];                            \
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
-    static void ew_k_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
-                           const void *L_, const void *dl_, double scale_,                  \
+    /* One element: row r (L, Δ of its query), query − key = qmk. */                       \
+    static inline void ew_elem_##SUF(T *s, T *dp, int vis, T Lr, T dlr, T scale,            \
+                                     const MODT *m, T qmk_dist) {                           \
+        if (!vis) {                                                                         \
+            *s = 0;                                                                         \
+            *dp = 0;                                                                        \
+            return;                                                                         \
+        }                                                                                   \
+        const T u = m->qk_mul * *s, t = m->cap != 0 ? TANH(u) : (T)0;                       \
+        const T p = EXP(SCORE(m, u, t, qmk_dist) - Lr);                                     \
+        *s = p;                                                                             \
+        *dp = scale * DGRAD(m, t) * p * (*dp - dlr);                                        \
+    }                                                                                       \
+    static void ew_q_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
+                           const void *L_, const void *dl_, const fc_bwd_score *sc,         \
                            const int32_t *se, const int32_t *lo, const int32_t *hi) {       \
         T *s = (T *)s_, *dp = (T *)dp_;                                                     \
-        const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)scale_;                \
+        const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)sc->scale;             \
+        const MODT m = MODOF(sc->mod);                                                      \
+        const int plain = fc_bwd_score_plain(sc);                                           \
         for (int r = 0; r < rows; ++r) {                                                    \
             T *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;                    \
-            for (int c = 0; c < ncols; ++c) {                                               \
-                const int vis = r < se[c] || (r >= lo[c] && r < hi[c]);                     \
-                const T p = vis ? EXP(scale * sr[c] - L[c]) : (T)0;                         \
-                sr[c] = p;                                                                  \
-                dr[c] = vis ? scale * p * (dr[c] - dl[c]) : (T)0;                           \
+            if (plain) {                                                                    \
+                for (int c = 0; c < ncols; ++c) {                                           \
+                    const int vis = FC_KEY_VISIBLE(se[r], lo[r], hi[r], c);                 \
+                    const T p = vis ? EXP(m.qk_mul * sr[c] - L[r]) : (T)0;                  \
+                    sr[c] = p;                                                              \
+                    dr[c] = vis ? scale * p * (dr[c] - dl[r]) : (T)0;                       \
+                }                                                                           \
+                continue;                                                                   \
             }                                                                               \
+            const double d0 = sc->dist0 + r;                                                \
+            for (int c = 0; c < ncols; ++c)                                                 \
+                ew_elem_##SUF(sr + c, dr + c, FC_KEY_VISIBLE(se[r], lo[r], hi[r], c), L[r], \
+                              dl[r], scale, &m, (T)(d0 - c));                               \
+        }                                                                                   \
+    }                                                                                       \
+    static void ew_k_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
+                           const void *L_, const void *dl_, const fc_bwd_score *sc,         \
+                           const int32_t *se, const int32_t *lo, const int32_t *hi) {       \
+        T *s = (T *)s_, *dp = (T *)dp_;                                                     \
+        const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)sc->scale;             \
+        const MODT m = MODOF(sc->mod);                                                      \
+        const int plain = fc_bwd_score_plain(sc);                                           \
+        for (int r = 0; r < rows; ++r) {                                                    \
+            T *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;                    \
+            if (plain) {                                                                    \
+                for (int c = 0; c < ncols; ++c) {                                           \
+                    const int vis = FC_KEY_VISIBLE(se[c], lo[c], hi[c], r);                 \
+                    const T p = vis ? EXP(m.qk_mul * sr[c] - L[c]) : (T)0;                  \
+                    sr[c] = p;                                                              \
+                    dr[c] = vis ? scale * p * (dr[c] - dl[c]) : (T)0;                       \
+                }                                                                           \
+                continue;                                                                   \
+            }                                                                               \
+            const double d0 = sc->dist0 - r;                                                \
+            for (int c = 0; c < ncols; ++c)                                                 \
+                ew_elem_##SUF(sr + c, dr + c, FC_KEY_VISIBLE(se[c], lo[c], hi[c], r), L[c], \
+                              dl[c], scale, &m, (T)(d0 + c));                               \
         }                                                                                   \
     }
 
-FC_BWD_SCALAR_KERNELS(float, f32, expf)
-FC_BWD_SCALAR_KERNELS(double, f64, exp)
+#define FC_MOD_ID(m) (m)
+FC_BWD_SCALAR_KERNELS(float, f32, expf, tanhf, fc_score_modf, fc_score_modf_of, fc_scoref,
+                      fc_score_dgradf)
+FC_BWD_SCALAR_KERNELS(double, f64, exp, tanh, fc_score_mod, FC_MOD_ID, fc_score, fc_score_dgrad)
 
-const fc_bwd_kern fc_bwd_scalar_f32 = {4, gemm_f32, ew_q_f32, ew_k_f32, pack_f32};
-const fc_bwd_kern fc_bwd_scalar_f64 = {8, gemm_f64, ew_q_f64, ew_k_f64, pack_f64};
+const fc_bwd_kern fc_bwd_scalar_f32 = {4, 1.0, gemm_f32, gemm_vis_f32, ew_q_f32, ew_k_f32, pack_f32};
+const fc_bwd_kern fc_bwd_scalar_f64 = {8, 1.0, gemm_f64, gemm_vis_f64, ew_q_f64, ew_k_f64, pack_f64};

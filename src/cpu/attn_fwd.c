@@ -29,10 +29,11 @@ flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_fl
     fc_work *work = (fc_work *)malloc((size_t)nitems * sizeof(fc_work));
     if (!work) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: work list of %lld items",
                                    (long long)nitems);
+    const fc_mask mk = fc_attn_mask(a);
     for (int64_t t = 0; t < nblk; ++t) {
         const int64_t r0 = t * br, r1 = (r0 + br < R ? r0 + br : R);
         fc_keysegs ks;
-        fc_block_keysegs_of(a, r0 / G, (r1 - 1) / G, &ks);
+        fc_block_keysegs(&mk, r0 / G, (r1 - 1) / G, &ks);
         int64_t keys = 0;
         for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
         for (int64_t u = 0; u < nouter; ++u) work[u * nblk + t] = (fc_work){u, t, (keys + 1) * (r1 - r0)};

@@ -5,9 +5,17 @@
  * walks the key tiles that some row of the block can see, keeping per row a
  * running max m, a running sum ℓ and an unnormalised output accumulator, and
  * rescales them by exp(m_old − m_new) when the max grows. The Sq×Sk score
- * matrix is never built. What is shared between the paths lives here: the
- * union of the rows' visible key ranges, tile classification, the work list
- * (heaviest first), and the per-row finish (O / ℓ, lse, sink logit).
+ * matrix is never built. The attention definition (visibility, the score
+ * pipeline with softcap and ALiBi, the row finish with the sink logit) is
+ * the seam's (src/common/); the SIMD paths apply its score step on vectors
+ * (simd_score.h) in the exp2 domain (unit log2 e), the scalar paths in
+ * natural units. What is shared between the paths lives here: the per-row
+ * ALiBi constants of a block, tile row bounds, K/V prefetch, the work list
+ * (heaviest first).
+ *
+ * A row never sees what it cannot see: masked scores are −inf whatever K
+ * holds, and in a partial tile whose V holds an inf or NaN the PV product
+ * drops the p = 0 terms (0·inf would be NaN), bit-identically otherwise.
  *
  * Few query rows (decode) take another SIMD path, attn_fwd_decode_body.h:
  * keys on the lanes, work split over (b, kv head, key range); see there.
@@ -26,12 +34,6 @@ flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a); /* F64: every ISA */
 flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);   /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a); /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);  /* BF16 on vdpbf16ps */
-
-/* fc_block_keysegs (attn_mask.h) of problem a. */
-static inline void fc_block_keysegs_of(const fc_attn *a, int64_t ia, int64_t ib, fc_keysegs *ks) {
-    const fc_mask m = fc_attn_mask(a);
-    fc_block_keysegs(&m, ia, ib, ks);
-}
 
 /* Work list: item t is (outer index, block index); cost = visible keys of
  * the block's union times its rows. Sorted heaviest first so that the
@@ -83,6 +85,22 @@ static inline void fc_tile_row_bounds(int partial, int br, int rg, int64_t r0, i
         for (int g = 0; g < br / rg; ++g) { jlo[g] = 0; jhi[g] = nb; }
     }
     for (int g = (nr + rg - 1) / rg; g < br / rg; ++g) jlo[g] = jhi[g] = 0;
+}
+
+/* ALiBi per row of a block of the grouped layout (rows r0 + r, r < br, of
+ * the Sq·G rows of batch b, kv head hk; rows r ≥ nr are padding): slope[r]
+ * = unit·slope of the row's head, ioff[r] = i + Sk − Sq of its query
+ * position i (the ALiBi distance to key j is ioff[r] − j); 0 for padding. */
+static inline void fc_fwd_rows_alibi(const fc_score_params *sp, int64_t b, int64_t hk, int64_t G, int64_t r0, int nr,
+                                     int br, double unit, float *slope, float *ioff) {
+    for (int r = 0; r < br; ++r) {
+        slope[r] = 0.0f;
+        ioff[r] = 0.0f;
+        if (r >= nr) continue;
+        const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+        slope[r] = (float)fc_score_mod_make(sp, b, h, unit).slope;
+        ioff[r] = (float)fc_alibi_dist(sp, i, 0);
+    }
 }
 
 /* Prefetches (into L2) the K and V rows [j1, n1) of kv head hk, batch b,

@@ -10,8 +10,10 @@
  * 128 rows, tiles of 128 keys, 8 × 32 register blocks), with the reduction
  * axis of each product packed in pairs, as vdpbf16ps wants:
  *   Qt (Dp/2, BR) u32   Qt[e][r] = (q[r][2e], q[r][2e+1]), q as given (the
- *                       scale·log2 e is applied to S in fp32, so Q is not
- *                       rounded a second time)
+ *                       score pipeline's qk_mul, scale·log2 e without a
+ *                       softcap, is applied to S in fp32, so Q is not
+ *                       rounded a second time; then the score step of
+ *                       simd_score.h: softcap, ALiBi, mask)
  *   K rows as in memory (bf16, unit d-stride, even D): one broadcast 32-bit
  *                       load is the pair (k[j][2e], k[j][2e+1]); others are
  *                       copied into Kp (BC, Dp) bf16, zero-padded
@@ -22,18 +24,20 @@
  * Per pair step the kernels do 2 row loads + 8 broadcasts + 16 vdpbf16ps,
  * twice the multiply-adds per instruction of the fp32 kernels. */
 #include "attn_fwd.h"
+#include "simd_avx512.h"
+#include "simd_score.h"
 
-#include <immintrin.h>
 #include <omp.h>
 #include <string.h>
 
 #define FN(x) fc_avx512bf16_##x
 #define FC_BR 128
 #define FC_BC 128
-#define FC_VW 16
 #define FC_RG 32 /* query rows per register block of both kernels */
+#define FC_KB 8  /* keys (QK) / head dims (PV) per register block */
 
-#include "attn_fwd_avx512_kern.h"
+/* fc_tile_row_bounds groups rows by FC_RG; the kernels' register blocks are FC_RG rows. */
+_Static_assert(FC_RG % FC_VF_W == 0 && FC_BR % FC_RG == 0, "row blocking");
 
 static inline __m512bh fc_bh(__m512i x) { return (__m512bh)x; }
 
@@ -58,7 +62,7 @@ static size_t FN(scratch_floats)(int64_t D) {
            + (size_t)FC_BC * FC_BR / 2 /* Pt */
            + (size_t)FC_BC * dp / 2   /* Kp */
            + (size_t)FC_BC * dp / 2   /* Vp */
-           + 6 * FC_BR + FC_VW * dp + 2 * dp;
+           + 8 * FC_BR + FC_VF_W * dp + 2 * dp;
 }
 
 /* A bf16 row: src itself when its d-stride is 1, else gathered into buf. */
@@ -79,43 +83,42 @@ static inline void FN(copy_row)(uint16_t *dst, const uint16_t *src, int64_t D, i
 // [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
 static void FN(qk)(const int32_t *qt, const uint16_t *kt, int64_t ldk, int nb, int64_t dh, const int32_t *jlo,
                    const int32_t *jhi, float *st, float mul) {
+    enum { KB = FC_KB, RV = FC_RG / 16 };
     const __m512 vmul = _mm512_set1_ps(mul);
-    for (int j = 0; j < nb; j += 8) {
+    for (int j = 0; j < nb; j += KB) {
         /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
-        const uint16_t *k[8];
-        for (int t = 0; t < 8; ++t) k[t] = kt + (j + t < nb ? j + t : nb - 1) * ldk;
-        const uint16_t *k0 = k[0], *k1 = k[1], *k2 = k[2], *k3 = k[3];
-        const uint16_t *k4 = k[4], *k5 = k[5], *k6 = k[6], *k7 = k[7];
+        const uint16_t *k[KB];
+        for (int t = 0; t < KB; ++t) k[t] = kt + (j + t < nb ? j + t : nb - 1) * ldk;
         for (int rb = 0; rb < FC_BR; rb += FC_RG) {
-            if (j >= jhi[rb / FC_RG] || j + 8 <= jlo[rb / FC_RG]) continue;
-            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-            __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-            __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+            if (j >= jhi[rb / FC_RG] || j + KB <= jlo[rb / FC_RG]) continue;
+            __m512 c[KB][RV];
+#pragma GCC unroll 8
+            for (int t = 0; t < KB; ++t)
+#pragma GCC unroll 2
+                for (int v = 0; v < RV; ++v) c[t][v] = _mm512_setzero_ps();
             const int32_t *q = qt + rb;
             for (int64_t e = 0; e < dh; ++e, q += FC_BR) {
-                const __m512bh q0 = fc_bh(_mm512_load_si512(q)), q1 = fc_bh(_mm512_load_si512(q + 16));
-                __m512bh b;
-#define FC_QK_STEP(t)                                  \
-    b = fc_bh(_mm512_set1_epi32(fc_ld_pair(k##t + 2 * e))); \
-    c##t##0 = _mm512_dpbf16_ps(c##t##0, q0, b);        \
-    c##t##1 = _mm512_dpbf16_ps(c##t##1, q1, b);
-                FC_QK_STEP(0) FC_QK_STEP(1) FC_QK_STEP(2) FC_QK_STEP(3)
-                FC_QK_STEP(4) FC_QK_STEP(5) FC_QK_STEP(6) FC_QK_STEP(7)
-#undef FC_QK_STEP
+                __m512bh qv[RV];
+#pragma GCC unroll 2
+                for (int v = 0; v < RV; ++v) qv[v] = fc_bh(_mm512_load_si512(q + 16 * v));
+#pragma GCC unroll 8
+                for (int t = 0; t < KB; ++t) {
+                    const __m512bh b = fc_bh(_mm512_set1_epi32(fc_ld_pair(k[t] + 2 * e)));
+#pragma GCC unroll 2
+                    for (int v = 0; v < RV; ++v) c[t][v] = _mm512_dpbf16_ps(c[t][v], qv[v], b);
+                }
             }
             float *s = st + (int64_t)j * FC_BR + rb;
-#define FC_QK_STORE(t)                                              \
-    _mm512_store_ps(s + (t) * FC_BR, _mm512_mul_ps(c##t##0, vmul));      \
-    _mm512_store_ps(s + (t) * FC_BR + 16, _mm512_mul_ps(c##t##1, vmul));
-            FC_QK_STORE(0) FC_QK_STORE(1) FC_QK_STORE(2) FC_QK_STORE(3)
-            FC_QK_STORE(4) FC_QK_STORE(5) FC_QK_STORE(6) FC_QK_STORE(7)
-#undef FC_QK_STORE
+#pragma GCC unroll 8
+            for (int t = 0; t < KB; ++t)
+#pragma GCC unroll 2
+                for (int v = 0; v < RV; ++v) _mm512_store_ps(s + t * FC_BR + 16 * v, _mm512_mul_ps(c[t][v], vmul));
         }
     }
 }
 
 // st is (BC, BR) scores in log2 units; m, l, alpha are (BR); pt is (BC/2, BR) bf16 pairs.
-// As the fp32 softmax (attn_fwd_avx512.c), but P = 2^(st − m_new) goes to pt rounded to bf16
+// As the fp32 softmax (attn_fwd_body.h), but P = 2^(st − m_new) goes to pt rounded to bf16
 // (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0.
 static void FN(softmax)(const float *st, int nb, float *m, float *l, float *alpha, int32_t *pt) {
     enum { NV = FC_BR / 16 };
@@ -137,15 +140,15 @@ static void FN(softmax)(const float *st, int nb, float *m, float *l, float *alph
     for (int j = 0; j < nb; j += 2)
         for (int v = 0; v < NV; ++v) {
             const float *p = st + j * FC_BR + 16 * v;
-            const __m512 e0 = fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), ms[v]));
-            const __m512 e1 = j + 1 < nb ? fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(p + FC_BR), ms[v]))
+            const __m512 e0 = fc_vf_exp2(_mm512_sub_ps(_mm512_load_ps(p), ms[v]));
+            const __m512 e1 = j + 1 < nb ? fc_vf_exp2(_mm512_sub_ps(_mm512_load_ps(p + FC_BR), ms[v]))
                                          : _mm512_setzero_ps();
             sum[v] = _mm512_add_ps(_mm512_add_ps(sum[v], e0), e1);
             const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
             _mm512_store_si512(pt + (j / 2) * FC_BR + 16 * v, _mm512_permutexvar_epi16(ilv, h));
         }
     for (int v = 0; v < NV; ++v) {
-        const __m512 al = fc_exp2_ps(_mm512_sub_ps(_mm512_load_ps(m + 16 * v), ms[v]));
+        const __m512 al = fc_vf_exp2(_mm512_sub_ps(_mm512_load_ps(m + 16 * v), ms[v]));
         _mm512_store_ps(alpha + 16 * v, al);
         _mm512_store_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_load_ps(l + 16 * v), al, sum[v]));
         _mm512_store_ps(m + 16 * v, mx[v]);
@@ -157,35 +160,67 @@ static void FN(softmax)(const float *st, int nb, float *m, float *l, float *alph
 // for d < D rounded up to 8 (columns past D are zero in vp and never stored).
 static void FN(pv)(float *ot, int64_t D, int64_t dp, const int32_t *pt, const int32_t *vp, const int32_t *jlo,
                    const int32_t *jhi, const float *alpha) {
-    for (int64_t d = 0; d < D; d += 8) {
+    enum { DB = FC_KB, RV = FC_RG / 16 };
+    for (int64_t d = 0; d < D; d += DB) {
         for (int rb = 0; rb < FC_BR; rb += FC_RG) {
-            const __m512 a0 = _mm512_load_ps(alpha + rb), a1 = _mm512_load_ps(alpha + rb + 16);
+            __m512 al[RV], c[DB][RV];
+#pragma GCC unroll 2
+            for (int v = 0; v < RV; ++v) al[v] = _mm512_load_ps(alpha + rb + 16 * v);
             float *o = ot + d * FC_BR + rb;
-#define FC_PV_LOAD(t)                                                            \
-    __m512 c##t##0 = _mm512_mul_ps(_mm512_load_ps(o + (t) * FC_BR), a0);         \
-    __m512 c##t##1 = _mm512_mul_ps(_mm512_load_ps(o + (t) * FC_BR + 16), a1);
-            FC_PV_LOAD(0) FC_PV_LOAD(1) FC_PV_LOAD(2) FC_PV_LOAD(3)
-            FC_PV_LOAD(4) FC_PV_LOAD(5) FC_PV_LOAD(6) FC_PV_LOAD(7)
-#undef FC_PV_LOAD
+#pragma GCC unroll 8
+            for (int t = 0; t < DB; ++t)
+#pragma GCC unroll 2
+                for (int v = 0; v < RV; ++v) c[t][v] = _mm512_mul_ps(_mm512_load_ps(o + t * FC_BR + 16 * v), al[v]);
             const int i0 = jlo[rb / FC_RG] / 2, i1 = (jhi[rb / FC_RG] + 1) / 2;
-            const int32_t *p = pt + (int64_t)i0 * FC_BR + rb, *v = vp + i0 * dp + d;
-            for (int i = i0; i < i1; ++i, p += FC_BR, v += dp) {
-                const __m512bh p0 = fc_bh(_mm512_load_si512(p)), p1 = fc_bh(_mm512_load_si512(p + 16));
-                __m512bh b;
-#define FC_PV_STEP(t)                               \
-    b = fc_bh(_mm512_set1_epi32(v[t]));             \
-    c##t##0 = _mm512_dpbf16_ps(c##t##0, p0, b);     \
-    c##t##1 = _mm512_dpbf16_ps(c##t##1, p1, b);
-                FC_PV_STEP(0) FC_PV_STEP(1) FC_PV_STEP(2) FC_PV_STEP(3)
-                FC_PV_STEP(4) FC_PV_STEP(5) FC_PV_STEP(6) FC_PV_STEP(7)
-#undef FC_PV_STEP
+            const int32_t *p = pt + (int64_t)i0 * FC_BR + rb, *vr = vp + i0 * dp + d;
+            for (int i = i0; i < i1; ++i, p += FC_BR, vr += dp) {
+                __m512bh pv[RV];
+#pragma GCC unroll 2
+                for (int u = 0; u < RV; ++u) pv[u] = fc_bh(_mm512_load_si512(p + 16 * u));
+#pragma GCC unroll 8
+                for (int t = 0; t < DB; ++t) {
+                    const __m512bh b = fc_bh(_mm512_set1_epi32(vr[t]));
+#pragma GCC unroll 2
+                    for (int u = 0; u < RV; ++u) c[t][u] = _mm512_dpbf16_ps(c[t][u], pv[u], b);
+                }
             }
-#define FC_PV_STORE(t)                                  \
-    _mm512_store_ps(o + (t) * FC_BR, c##t##0);          \
-    _mm512_store_ps(o + (t) * FC_BR + 16, c##t##1);
-            FC_PV_STORE(0) FC_PV_STORE(1) FC_PV_STORE(2) FC_PV_STORE(3)
-            FC_PV_STORE(4) FC_PV_STORE(5) FC_PV_STORE(6) FC_PV_STORE(7)
-#undef FC_PV_STORE
+#pragma GCC unroll 8
+            for (int t = 0; t < DB; ++t)
+#pragma GCC unroll 2
+                for (int v = 0; v < RV; ++v) _mm512_store_ps(o + t * FC_BR + 16 * v, c[t][v]);
+        }
+    }
+}
+
+/* Do the packed V pairs vp (npair, dp) hold only finite bf16 values? (Pad
+ * columns and the pad key are 0.) */
+static int FN(vpairs_finite)(const int32_t *vp, int64_t npair, int64_t dp) {
+    const __m512i expo = _mm512_set1_epi16(0x7f80);
+    __mmask32 bad = 0;
+    for (int64_t x = 0; x < npair * dp; x += 16)
+        bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(vp + x), expo), expo);
+    return bad == 0;
+}
+
+// FN(pv) for a partial tile whose V holds a non-finite value: a row's p is exactly 0 on the keys it
+// does not see, and 0·inf would be NaN, so the V half of each pair is zeroed in the lanes whose p
+// half is 0. Otherwise the same vdpbf16ps in the same order as FN(pv), so that a row's output does
+// not change by a bit when values it cannot see turn non-finite. A rare path.
+static void FN(pv_masked)(float *ot, int64_t D, int64_t dp, const int32_t *pt, const int32_t *vp,
+                          const int32_t *jlo, const int32_t *jhi, const float *alpha) {
+    for (int rb = 0; rb < FC_BR; rb += 16) {
+        const int i0 = jlo[rb / FC_RG] / 2, i1 = (jhi[rb / FC_RG] + 1) / 2;
+        const __m512 al = _mm512_load_ps(alpha + rb);
+        for (int64_t d = 0; d < D; ++d) {
+            float *o = ot + d * FC_BR + rb;
+            __m512 c = _mm512_mul_ps(_mm512_load_ps(o), al);
+            for (int i = i0; i < i1; ++i) {
+                const __m512i p = _mm512_load_si512(pt + (int64_t)i * FC_BR + rb);
+                const __m512i keep = _mm512_movm_epi16(_mm512_test_epi16_mask(p, p)); /* p half ≠ 0 (p ≥ +0) */
+                const __m512i b = _mm512_and_si512(_mm512_set1_epi32(vp[i * dp + d]), keep);
+                c = _mm512_dpbf16_ps(c, fc_bh(p), fc_bh(b));
+            }
+            _mm512_store_ps(o, c);
         }
     }
 }
@@ -210,6 +245,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
     const int64_t dp = (int64_t)FN(dpad)(D), dh = (D + 1) / 2;
     const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
+    const int nrv = (nr + FC_VF_W - 1) / FC_VF_W * FC_VF_W; /* rows in whole vectors */
     int32_t *qt = (int32_t *)ws;                 /* (dp/2, BR) pairs */
     float *ot = ws + dp * FC_BR / 2;             /* (dp, BR) */
     float *st = ot + dp * FC_BR;                 /* (BC, BR) */
@@ -219,23 +255,32 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     float *m = (float *)(vp + FC_BC / 2 * dp);   /* (BR) running max, log2 units */
     float *l = m + FC_BR;                        /* (BR) running sum */
     float *alpha = l + FC_BR;                    /* (BR) rescale of this tile */
-    int32_t *sel = (int32_t *)(alpha + FC_BR);   /* (BR) visible ranges relative */
-    int32_t *lol = sel + FC_BR;                  /*   to the tile start: j < sel or */
-    int32_t *hil = lol + FC_BR;                  /*   lol ≤ j < hil */
+    float *slope = alpha + FC_BR;                /* (BR) log2e·ALiBi slope of the row's head */
+    float *ioff = slope + FC_BR;                 /* (BR) i + Sk − Sq of the row (ALiBi distance) */
+    int32_t *sel = (int32_t *)(ioff + FC_BR);    /* (BR) visible ranges relative */
+    int32_t *lol = sel + FC_BR;                  /*   to the tile start: */
+    int32_t *hil = lol + FC_BR;                  /*   FC_KEY_VISIBLE(sel, lol, hil, j) */
     float *tmp = (float *)(hil + FC_BR);         /* (VW, dp) rows being transposed */
-    uint16_t *rbuf = (uint16_t *)(tmp + FC_VW * dp); /* (2, dp) gathered strided rows */
+    uint16_t *rbuf = (uint16_t *)(tmp + FC_VF_W * dp); /* (2, dp) gathered strided rows */
 
+    const fc_mask mk = fc_attn_mask(a);
     const int64_t ia = r0 / G, ib = (r0 + nr - 1) / G;
     const int np = (int)(ib - ia + 1);
     int64_t se[FC_BR], lo[FC_BR], hi[FC_BR];
-    for (int p = 0; p < np; ++p) fc_visible_range(a, ia + p, &se[p], &lo[p], &hi[p]);
+    for (int p = 0; p < np; ++p) fc_visible_keys(&mk, ia + p, &se[p], &lo[p], &hi[p]);
+
+    /* The score pipeline in log2 units, as attn_fwd_body.h; mod.qk_mul is
+     * applied to S in fp32 (so Q is not rounded a second time). */
+    const fc_score_params sp = fc_attn_score(a);
+    const int mode = fc_vscore_mode(&sp);
+    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
+    if (mode & FC_VS_ALIBI) fc_fwd_rows_alibi(&sp, b, hk, G, r0, nr, FC_BR, FC_LOG2E, slope, ioff);
 
     const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k, *v = (const uint16_t *)a->v;
-    const float qmul = (float)(a->scale * 1.4426950408889634); /* exp → exp2, applied to S */
     /* Qt: 16 rows at a time are copied as bf16 into tmp (zero past D and for
      * rows past nr), then transposed as 32-bit pairs in 16 × 16 blocks. */
-    for (int rg = 0; rg < FC_BR; rg += FC_VW) {
-        for (int kk = 0; kk < FC_VW; ++kk) {
+    for (int rg = 0; rg < FC_BR; rg += FC_VF_W) {
+        for (int kk = 0; kk < FC_VF_W; ++kk) {
             const int r = rg + kk;
             uint16_t *row = (uint16_t *)(tmp + kk * dp);
             if (r < nr) {
@@ -246,8 +291,8 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
                 memset(row, 0, (size_t)dp * sizeof(uint16_t));
             }
         }
-        for (int64_t e = 0; e < dp / 2; e += FC_VW)
-            FN(transpose)(tmp + e, dp, (float *)qt + e * FC_BR + rg, FC_BR);
+        for (int64_t e = 0; e < dp / 2; e += FC_VF_W)
+            fc_vf_transpose(tmp + e, dp, (float *)qt + e * FC_BR + rg, FC_BR);
     }
     for (int r = 0; r < FC_BR; ++r) {
         m[r] = -INFINITY;
@@ -258,7 +303,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     /* K rows are read in place when a pair never straddles the row's end. */
     const int k_inplace = a->sk[3] == 1 && D % 2 == 0;
     fc_keysegs ks;
-    fc_block_keysegs_of(a, ia, ib, &ks);
+    fc_block_keysegs(&mk, ia, ib, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];
@@ -290,24 +335,29 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
                                sel, lol, hil, jlo, jhi);
             /* As attn_fwd_body.h; the PV kernel widens [jlo, jhi) to whole
              * key pairs, whose extra keys have p = 0 (masked, or the pad). */
-            FN(qk)(qt, kt, ldk, nb, dh, jlo, jhi, st, qmul);
-            if (kind == FC_TILE_PARTIAL) FN(mask)(st, nb, sel, lol, hil);
+            FN(qk)(qt, kt, ldk, nb, dh, jlo, jhi, st, mod.qk_mul);
+            fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
+                                    sel, lol, hil);
             FN(softmax)(st, nb, m, l, alpha, pt);
-            FN(pv)(ot, D, dp, pt, vp, jlo, jhi, alpha);
+            /* A row's P is 0 on the keys of a partial tile it does not see;
+             * should V hold an inf or NaN there, 0·inf must not reach it. */
+            if (kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp))
+                FN(pv_masked)(ot, D, dp, pt, vp, jlo, jhi, alpha);
+            else
+                FN(pv)(ot, D, dp, pt, vp, jlo, jhi, alpha);
         }
     }
 
-    const int has_sink = a->sink_logits != NULL;
-    for (int rg = 0; rg < nr; rg += FC_VW) {
-        for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
-        for (int kk = 0; kk < FC_VW && rg + kk < nr; ++kk) {
+    for (int rg = 0; rg < nr; rg += FC_VF_W) {
+        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
+        for (int kk = 0; kk < FC_VF_W && rg + kk < nr; ++kk) {
             const int r = rg + kk;
             const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-            const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
             double factor, lse;
-            fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
+            fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor,
+                          &lse);
             const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-            FN(store_row)((uint16_t *)a->o + off, a->so[3], FLASHC_BF16, tmp + kk * dp, D, (float)factor);
+            fc_store_row((uint16_t *)a->o + off, a->so[3], FLASHC_BF16, tmp + kk * dp, D, (float)factor);
             if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
         }
     }

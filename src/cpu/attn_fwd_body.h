@@ -1,20 +1,25 @@
 /*
  * attn_fwd_body.h — the SIMD FlashAttention-2 forward (F32, F16, BF16 in
- * fp32), written once for the AVX2 and AVX-512 files. No include guard: each
- * ISA file defines, then includes this:
+ * fp32), written once over the vector vocabulary (simd_avx2.h or
+ * simd_avx512.h, then simd_score.h) for the AVX2 and AVX-512 files. No
+ * include guard: each ISA file includes its vocabulary, defines, then
+ * includes this:
  *   FN(x)          name mangling (fc_avx512_##x)
  *   FC_BR, FC_BC   rows per block, keys per tile (multiples of the kernels'
  *                  register blocking)
- *   FC_DALIGN      floats per row alignment of the packed tiles (a power of 2)
- *   FC_RG          query rows per register block of the kernels (divides FC_BR)
- *   FC_PV_DBLOCK   head dims per PV register block (≤ FC_DALIGN)
- * and the kernels FN(qk), FN(mask), FN(softmax), FN(pv), FN(cvt_row),
- * FN(store_row), FN(transpose) (contracts below, at their call sites), and
- * FC_VW, the floats per vector.
+ *   FC_RG          query rows per register block of the kernels (a multiple
+ *                  of FC_VF_W dividing FC_BR)
+ *   FC_QK_KB       keys per QK register block: FC_QK_KB × FC_RG/FC_VF_W
+ *                  accumulators
+ *   FC_PV_DBLOCK   head dims per PV register block (≤ FC_VF_W):
+ *                  FC_PV_DBLOCK × FC_RG/FC_VF_W accumulators
+ *   FC_SM_NV       row vectors the softmax keeps in registers at once
+ *                  (divides FC_BR/FC_VF_W)
  *
  * Layout: everything is "query rows fastest", so that each SIMD lane is one
  * query row and the softmax is lane-wise (vertical max/sum, no shuffles):
- *   Qt (Dp, BR)  the block's queries, transposed, pre-scaled by scale·log2(e)
+ *   Qt (Dp, BR)  the block's queries, transposed, pre-scaled by mod.qk_mul
+ *                (scale·log2 e without a softcap: the exp2 domain)
  *   St (BC, BR)  scores, then probabilities, of one key tile
  *   Ot (Dp, BR)  the unnormalised output, transposed
  *   Kp, Vp (BC, Dp)  the key / value tile, fp32, rows as in memory (fp32
@@ -25,15 +30,158 @@
  * Rows of a block: all query heads sharing one K/V head are processed
  * together (GQA): for kv head hk, row r of the Sq·G rows is query position
  * i = r / G of head hk·G + r % G. So each K/V tile is packed once for the
- * whole group, and a decode step (Sq = 1) still fills G lanes.
+ * whole group, and a decode step (Sq = 1) still fills G lanes. ALiBi slopes
+ * differ per head, hence per row (lane): they are kept per row.
  */
 
-static size_t FN(dpad)(int64_t D) { return (size_t)((D + FC_DALIGN - 1) & ~(int64_t)(FC_DALIGN - 1)); }
+static size_t FN(dpad)(int64_t D) { return (size_t)((D + FC_VF_W - 1) & ~(int64_t)(FC_VF_W - 1)); }
 
 /* Per-thread scratch in floats; int32 arrays are carved from it too. */
 static size_t FN(scratch_floats)(int64_t D) {
     const size_t dp = FN(dpad)(D);
-    return 2 * dp * FC_BR + (size_t)FC_BC * FC_BR + 2 * (size_t)FC_BC * dp + 6 * FC_BR + FC_VW * dp;
+    return 2 * dp * FC_BR + (size_t)FC_BC * FC_BR + 2 * (size_t)FC_BC * dp + 8 * FC_BR + FC_VF_W * dp;
+}
+
+// qt is (D, BR), kp is (nb, ldk), st is (BC, BR): st[j][r] = <qt[:, r], kp[j, :]>, computed for the
+// key groups that meet [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
+static void FN(qk)(const float *qt, const float *kp, int64_t ldk, int nb, int64_t D, const int32_t *jlo,
+                   const int32_t *jhi, float *st) {
+    enum { KB = FC_QK_KB, RV = FC_RG / FC_VF_W };
+    for (int j = 0; j < nb; j += KB) {
+        /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
+        const float *k[KB];
+        for (int t = 0; t < KB; ++t) k[t] = kp + (j + t < nb ? j + t : nb - 1) * ldk;
+        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+            if (j >= jhi[rb / FC_RG] || j + KB <= jlo[rb / FC_RG]) continue;
+            fc_vf c[KB][RV];
+#pragma GCC unroll 8
+            for (int t = 0; t < KB; ++t)
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_zero();
+            const float *q = qt + rb;
+            for (int64_t d = 0; d < D; ++d, q += FC_BR) {
+                fc_vf qv[RV];
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) qv[v] = fc_vf_loada(q + v * FC_VF_W);
+#pragma GCC unroll 8
+                for (int t = 0; t < KB; ++t) {
+                    const fc_vf b = fc_vf_bcast(k[t] + d);
+#pragma GCC unroll 4
+                    for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_fma(qv[v], b, c[t][v]);
+                }
+            }
+            float *s = st + (int64_t)j * FC_BR + rb;
+#pragma GCC unroll 8
+            for (int t = 0; t < KB; ++t)
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) fc_vf_storea(s + t * FC_BR + v * FC_VF_W, c[t][v]);
+        }
+    }
+}
+
+// st is (BC, BR) scores in log2 units; m, l, alpha are (BR).
+static void FN(softmax)(float *st, int nb, float *m, float *l, float *alpha) {
+    enum { NV = FC_SM_NV, W = FC_VF_W };
+    for (int r0 = 0; r0 < FC_BR; r0 += NV * W) {
+        fc_vf mx[NV], ms[NV], sum[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) mx[v] = fc_vf_loada(m + r0 + v * W);
+        for (int j = 0; j < nb; ++j)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) mx[v] = fc_vf_max(mx[v], fc_vf_loada(st + j * FC_BR + r0 + v * W));
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            /* A row that has seen nothing keeps −inf; exponentiate against 0
+             * so that 2^(−inf) = 0 rather than NaN. */
+            ms[v] = fc_vf_select(fc_vf_eq(mx[v], fc_vf_set1(-INFINITY)), fc_vf_zero(), mx[v]);
+            sum[v] = fc_vf_zero();
+        }
+        for (int j = 0; j < nb; ++j)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                float *p = st + j * FC_BR + r0 + v * W;
+                const fc_vf e = fc_vf_exp2(fc_vf_sub(fc_vf_loada(p), ms[v]));
+                fc_vf_storea(p, e);
+                sum[v] = fc_vf_add(sum[v], e);
+            }
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            const fc_vf al = fc_vf_exp2(fc_vf_sub(fc_vf_loada(m + r0 + v * W), ms[v]));
+            fc_vf_storea(alpha + r0 + v * W, al);
+            fc_vf_storea(l + r0 + v * W, fc_vf_fma(fc_vf_loada(l + r0 + v * W), al, sum[v]));
+            fc_vf_storea(m + r0 + v * W, mx[v]);
+        }
+    }
+}
+
+// ot is (dp, BR), pt is (BC, BR), vp is (nb, ldv):
+// ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo[g] ≤ j < jhi[g]} vp[j][d]·pt[j][r], g = r / FC_RG,
+// for d < D rounded up to FC_PV_DBLOCK (columns past D are zero in vp and never stored).
+static void FN(pv)(float *ot, int64_t D, const float *pt, const float *vp, int64_t ldv, const int32_t *jlo,
+                   const int32_t *jhi, const float *alpha) {
+    enum { DB = FC_PV_DBLOCK, RV = FC_RG / FC_VF_W };
+    for (int64_t d = 0; d < D; d += DB) {
+        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+            fc_vf al[RV], c[DB][RV];
+#pragma GCC unroll 4
+            for (int v = 0; v < RV; ++v) al[v] = fc_vf_loada(alpha + rb + v * FC_VF_W);
+            float *o = ot + d * FC_BR + rb;
+#pragma GCC unroll 8
+            for (int t = 0; t < DB; ++t)
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_mul(fc_vf_loada(o + t * FC_BR + v * FC_VF_W), al[v]);
+            const int j0 = jlo[rb / FC_RG], j1 = jhi[rb / FC_RG];
+            const float *p = pt + (int64_t)j0 * FC_BR + rb, *vr = vp + j0 * ldv + d;
+            for (int j = j0; j < j1; ++j, p += FC_BR, vr += ldv) {
+                fc_vf pv[RV];
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) pv[v] = fc_vf_loada(p + v * FC_VF_W);
+#pragma GCC unroll 8
+                for (int t = 0; t < DB; ++t) {
+                    const fc_vf b = fc_vf_bcast(vr + t);
+#pragma GCC unroll 4
+                    for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_fma(pv[v], b, c[t][v]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < DB; ++t)
+#pragma GCC unroll 4
+                for (int v = 0; v < RV; ++v) fc_vf_storea(o + t * FC_BR + v * FC_VF_W, c[t][v]);
+        }
+    }
+}
+
+/* Does rows [0, nb) × columns [0, D) of v (row stride ldv) hold only finite values? */
+static int FN(rows_finite)(const float *v, int64_t ldv, int nb, int64_t D) {
+    fc_vm bad = fc_vm_tail(0);
+    for (int j = 0; j < nb; ++j) {
+        const float *r = v + j * ldv;
+        int64_t d = 0;
+        for (; d + FC_VF_W <= D; d += FC_VF_W) bad = fc_vm_or(bad, fc_vf_nonfinite(fc_vf_load(r + d)));
+        if (d < D) bad = fc_vm_or(bad, fc_vf_nonfinite(fc_vf_load_tail(r + d, D - d)));
+    }
+    return !fc_vm_any(bad);
+}
+
+// FN(pv) for a partial tile whose V holds a non-finite value: a row's P is exactly 0 on the keys it
+// does not see, and 0·inf would be NaN, so V is zeroed in the lanes whose p is 0. The same FMAs
+// in the same order as FN(pv) otherwise, so that a row's output does not change by a bit when
+// values it cannot see turn non-finite. d < D only; a rare path, one vector of rows at a time.
+static void FN(pv_masked)(float *ot, int64_t D, const float *pt, const float *vp, int64_t ldv, const int32_t *jlo,
+                          const int32_t *jhi, const float *alpha) {
+    for (int rb = 0; rb < FC_BR; rb += FC_VF_W) {
+        const int j0 = jlo[rb / FC_RG], j1 = jhi[rb / FC_RG];
+        const fc_vf al = fc_vf_loada(alpha + rb);
+        for (int64_t d = 0; d < D; ++d) {
+            float *o = ot + d * FC_BR + rb;
+            fc_vf c = fc_vf_mul(fc_vf_loada(o), al);
+            for (int j = j0; j < j1; ++j) {
+                const fc_vf p = fc_vf_loada(pt + (int64_t)j * FC_BR + rb);
+                c = fc_vf_fma(p, fc_vf_keep(fc_vf_ne(p, fc_vf_zero()), fc_vf_bcast(vp + j * ldv + d)), c);
+            }
+            fc_vf_storea(o, c);
+        }
+    }
 }
 
 // q, o are (B, Sq, Hq, D); k, v are (B, Sk, Hkv, D); lse is (B, Hq, Sq).
@@ -42,6 +190,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
     const int64_t dp = (int64_t)FN(dpad)(D);
     const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
+    const int nrv = (nr + FC_VF_W - 1) / FC_VF_W * FC_VF_W; /* rows in whole vectors */
     float *qt = ws;                         /* (dp, BR) */
     float *ot = qt + dp * FC_BR;            /* (dp, BR) */
     float *st = ot + dp * FC_BR;            /* (BC, BR) */
@@ -50,36 +199,45 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     float *m = vp + FC_BC * dp;             /* (BR) running max, log2 units */
     float *l = m + FC_BR;                   /* (BR) running sum */
     float *alpha = l + FC_BR;               /* (BR) rescale of this tile */
-    int32_t *sel = (int32_t *)(alpha + FC_BR); /* (BR) visible ranges relative */
-    int32_t *lol = sel + FC_BR;                /*   to the tile start: j < sel or */
-    int32_t *hil = lol + FC_BR;                /*   lol ≤ j < hil */
+    float *slope = alpha + FC_BR;           /* (BR) log2e·ALiBi slope of the row's head */
+    float *ioff = slope + FC_BR;            /* (BR) i + Sk − Sq of the row (ALiBi distance) */
+    int32_t *sel = (int32_t *)(ioff + FC_BR); /* (BR) visible ranges relative */
+    int32_t *lol = sel + FC_BR;                /*   to the tile start: */
+    int32_t *hil = lol + FC_BR;                /*   FC_KEY_VISIBLE(sel, lol, hil, j) */
     float *tmp = (float *)(hil + FC_BR);    /* (VW, dp) rows being converted */
 
     /* Query positions of the block: ia..ib, visible ranges per position. */
+    const fc_mask mk = fc_attn_mask(a);
     const int64_t ia = r0 / G, ib = (r0 + nr - 1) / G;
     const int np = (int)(ib - ia + 1);
     int64_t se[FC_BR], lo[FC_BR], hi[FC_BR];
-    for (int p = 0; p < np; ++p) fc_visible_range(a, ia + p, &se[p], &lo[p], &hi[p]);
+    for (int p = 0; p < np; ++p) fc_visible_keys(&mk, ia + p, &se[p], &lo[p], &hi[p]);
+
+    /* The score pipeline in log2 units: qk_mul and cap are the same for
+     * every head, the slope is per head, so per row. */
+    const fc_score_params sp = fc_attn_score(a);
+    const int mode = fc_vscore_mode(&sp);
+    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
+    if (mode & FC_VS_ALIBI) fc_fwd_rows_alibi(&sp, b, hk, G, r0, nr, FC_BR, FC_LOG2E, slope, ioff);
 
     const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
-    const float qmul = (float)(a->scale * 1.4426950408889634); /* exp → exp2 */
-    /* Qt: FC_VW rows at a time are converted into tmp, then transposed in
-     * FC_VW × FC_VW blocks (columns D..dp and rows past nr are zero). */
-    for (int rg = 0; rg < FC_BR; rg += FC_VW) {
-        for (int k = 0; k < FC_VW; ++k) {
+    /* Qt: FC_VF_W rows at a time are converted into tmp, then transposed in
+     * FC_VF_W × FC_VF_W blocks (columns D..dp and rows past nr are zero). */
+    for (int rg = 0; rg < FC_BR; rg += FC_VF_W) {
+        for (int k = 0; k < FC_VF_W; ++k) {
             const int r = rg + k;
             float *row = tmp + k * dp;
             int64_t d = 0;
             if (r < nr) {
                 const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
                 const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
-                FN(cvt_row)(row, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, qmul);
+                fc_cvt_row(row, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, mod.qk_mul);
                 d = D;
             }
             for (; d < dp; ++d) row[d] = 0.0f;
         }
         /* qt[d][rg + k] = tmp[k][d] */
-        for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(tmp + d, dp, qt + d * FC_BR + rg, FC_BR);
+        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(tmp + d, dp, qt + d * FC_BR + rg, FC_BR);
     }
     for (int r = 0; r < FC_BR; ++r) {
         m[r] = -INFINITY;
@@ -90,7 +248,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1;
     const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % FC_PV_DBLOCK == 0;
     fc_keysegs ks;
-    fc_block_keysegs_of(a, ia, ib, &ks);
+    fc_block_keysegs(&mk, ia, ib, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];
@@ -109,11 +267,11 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             if (v_inplace) { vt = (const float *)a->v + vo0; ldv = a->sv[1]; }
             for (int jj = 0; jj < nb; ++jj) {
                 if (!k_inplace)
-                    FN(cvt_row)(kp + jj * dp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
-                                a->sk[3], a->dtype, D, 1.0f);
+                    fc_cvt_row(kp + jj * dp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
+                               a->sk[3], a->dtype, D, 1.0f);
                 if (!v_inplace)
-                    FN(cvt_row)(vp + jj * dp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
-                                a->sv[3], a->dtype, D, 1.0f);
+                    fc_cvt_row(vp + jj * dp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
+                               a->sv[3], a->dtype, D, 1.0f);
             }
             /* K/V of a long sequence live in L3 (a block streams all of its
              * head's keys): fetch the next tile into L2 while this one is
@@ -130,29 +288,38 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
              * them), rows of st up to nb rounded to the kernel's key
              * blocking may be overwritten. */
             FN(qk)(qt, kt, ldk, nb, D, jlo, jhi, st);
-            /* st[j][r] = −inf where row r does not see key j0 + j. */
-            if (kind == FC_TILE_PARTIAL) FN(mask)(st, nb, sel, lol, hil);
+            /* The score step (softcap, ALiBi) on rows < nrv, then, in a
+             * partial tile, st[j][r] = −inf where row r does not see key
+             * j0 + j. A plain full tile is left as it is. (Fusing the step
+             * into the QK kernel's stores measured no faster: the tanh's
+             * arithmetic, not the pass over st, is its cost.) */
+            fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
+                                    sel, lol, hil);
             /* Online softmax over st[0..nb): updates m, l; st becomes
              * P = 2^(st − m_new); alpha = 2^(m_old − m_new). */
             FN(softmax)(st, nb, m, l, alpha);
             /* ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo ≤ j < jhi} vt[j][d]·st[j][r]
-             * (P is 0 outside), d < D rounded up to FC_PV_DBLOCK. */
-            FN(pv)(ot, D, st, vt, ldv, jlo, jhi, alpha);
+             * (P is 0 outside), d < D rounded up to FC_PV_DBLOCK. In a
+             * partial tile a row's P is 0 on keys it does not see; should
+             * V hold an inf or NaN there, 0·inf must not reach the row. */
+            if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vt, ldv, nb, D))
+                FN(pv_masked)(ot, D, st, vt, ldv, jlo, jhi, alpha);
+            else
+                FN(pv)(ot, D, st, vt, ldv, jlo, jhi, alpha);
         }
     }
 
-    const int has_sink = a->sink_logits != NULL;
-    for (int rg = 0; rg < nr; rg += FC_VW) {
+    for (int rg = 0; rg < nr; rg += FC_VF_W) {
         /* tmp[k][d] = ot[d][rg + k] */
-        for (int64_t d = 0; d < dp; d += FC_VW) FN(transpose)(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
-        for (int k = 0; k < FC_VW && rg + k < nr; ++k) {
+        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
+        for (int k = 0; k < FC_VF_W && rg + k < nr; ++k) {
             const int r = rg + k;
             const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-            const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
             double factor, lse;
-            fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
+            fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor,
+                          &lse);
             const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-            FN(store_row)((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, tmp + k * dp, D, (float)factor);
+            fc_store_row((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, tmp + k * dp, D, (float)factor);
             if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
         }
     }

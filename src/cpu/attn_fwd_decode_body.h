@@ -1,23 +1,19 @@
 /*
  * attn_fwd_decode_body.h — the SIMD forward for few query rows (decode:
- * Sq = 1, or a short speculative / chunked step), written once for the AVX2
- * and AVX-512 files. Included after attn_fwd_body.h (it reuses FN(cvt_row),
- * FN(store_row) and fc_exp2_ps) with, per ISA:
- *   fc_v, FC_VLOAD, FC_VSTORE, FC_VSET1, FC_VFMA, FC_VMUL, FC_VADD, FC_VSUB,
- *   FC_VZERO,
- *   FC_VHMAX, FC_VHSUM (horizontal max / sum, a fixed order), FN(dec_mask),
- *   FC_DEC_SLOT(j) and FN(dec_hreduce) (VW partial-sum vectors → one vector
- *   of their sums; key j's vector goes in slot FC_DEC_SLOT(j)),
- *   FC_DEC_ROWBLK (rows per register block, ≤ 4: 4·rows accumulators plus
- *   4 K or V vectors must fit the register file).
+ * Sq = 1, or a short speculative / chunked step), written once over the
+ * vector vocabulary (simd_avx2.h / simd_avx512.h, simd_score.h) for the
+ * AVX2 and AVX-512 files. Included after attn_fwd_body.h with FN(x) and
+ * FC_DEC_ROWBLK (rows per register block, ≤ 4: 4·rows accumulators plus 4 K
+ * or V vectors must fit the register file) defined.
  *
  * Why another path: attn_fwd_body.h puts query rows on the lanes, so a
  * decode step fills G of the FC_RG lanes of a register block (1 of 32 for
- * MHA). Here KEYS are on the lanes: for a chunk of FC_VW keys each row
+ * MHA). Here KEYS are on the lanes: for a chunk of FC_VF_W keys each row
  * forms per key a vector of partial dot products over d (q and K rows as
- * they are in memory), and one shuffle tree reduces the VW vectors into the
- * vector of the chunk's VW scores (30 shuffles per row and chunk, against
- * 64 per 16×16 transpose × D/16 for a transposed K tile), the online
+ * they are in memory), and one shuffle tree (fc_vf_hreduce) reduces the
+ * FC_VF_W vectors into the vector of the chunk's scores (30 shuffles per row
+ * and chunk, against 64 per 16×16 transpose × D/16 for a transposed K tile),
+ * the score step and the mask run on that vector (simd_score.h), the online
  * softmax runs per row with one horizontal max and sum per chunk, and
  * O += P·V is a row-wise FMA over d (broadcast p_j against V row j).
  * Every K/V element is read once per (b, kv head) and used by all R rows.
@@ -40,14 +36,14 @@
 
 /* Head dims padded to 4 vectors: the PV kernel's register block. */
 static int64_t FN(dec_dpp)(int64_t D) {
-    const int64_t w = 4 * FC_VW;
+    const int64_t w = 4 * FC_VF_W;
     return (D + w - 1) / w * w;
 }
 
 /* Per-thread scratch in floats: q (R, dpp), kp and vp (VW, dpp),
- * p (R, VW), alpha (R) (+ slack). */
+ * p (R, VW), alpha, slope, ioff (R) (+ slack). */
 static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp) {
-    return (size_t)(R * dpp + 2 * FC_VW * dpp + R * FC_VW + R + 16);
+    return (size_t)(R * dpp + 2 * FC_VF_W * dpp + R * FC_VF_W + 3 * R + 16);
 }
 
 // q is (nr, ldq) pre-scaled, kr[j] (j < VW) points at key j's fp32 row
@@ -56,33 +52,33 @@ static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp) {
 // row one horizontal reduction of the VW partial-sum vectors, in a fixed
 // shuffle tree, into the vector of the VW scores. buf is (4, VW) vectors.
 static inline __attribute__((always_inline)) void FN(dec_qk)(const float *q, int64_t ldq, const int nr,
-                                                            const float *const *kr, int64_t dp, fc_v *s,
-                                                            fc_v *buf) {
-    for (int j = 0; j < FC_VW; j += 4) {
+                                                            const float *const *kr, int64_t dp, fc_vf *s,
+                                                            fc_vf *buf) {
+    for (int j = 0; j < FC_VF_W; j += 4) {
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
-        fc_v acc[4][4];
+        fc_vf acc[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < nr; ++r)
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; ++t) acc[r][t] = FC_VZERO();
-        for (int64_t d = 0; d < dp; d += FC_VW) {
-            const fc_v x0 = FC_VLOAD(k0 + d), x1 = FC_VLOAD(k1 + d), x2 = FC_VLOAD(k2 + d), x3 = FC_VLOAD(k3 + d);
+            for (int t = 0; t < 4; ++t) acc[r][t] = fc_vf_zero();
+        for (int64_t d = 0; d < dp; d += FC_VF_W) {
+            const fc_vf x0 = fc_vf_load(k0 + d), x1 = fc_vf_load(k1 + d), x2 = fc_vf_load(k2 + d), x3 = fc_vf_load(k3 + d);
 #pragma GCC unroll 4
             for (int r = 0; r < nr; ++r) {
-                const fc_v qv = FC_VLOAD(q + r * ldq + d);
-                acc[r][0] = FC_VFMA(qv, x0, acc[r][0]);
-                acc[r][1] = FC_VFMA(qv, x1, acc[r][1]);
-                acc[r][2] = FC_VFMA(qv, x2, acc[r][2]);
-                acc[r][3] = FC_VFMA(qv, x3, acc[r][3]);
+                const fc_vf qv = fc_vf_load(q + r * ldq + d);
+                acc[r][0] = fc_vf_fma(qv, x0, acc[r][0]);
+                acc[r][1] = fc_vf_fma(qv, x1, acc[r][1]);
+                acc[r][2] = fc_vf_fma(qv, x2, acc[r][2]);
+                acc[r][3] = fc_vf_fma(qv, x3, acc[r][3]);
             }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < nr; ++r)
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; ++t) buf[r * FC_VW + FC_DEC_SLOT(j + t)] = acc[r][t];
+            for (int t = 0; t < 4; ++t) buf[r * FC_VF_W + FC_VF_SLOT(j + t)] = acc[r][t];
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; ++r) s[r] = FN(dec_hreduce)(buf + r * FC_VW);
+    for (int r = 0; r < nr; ++r) s[r] = fc_vf_hreduce(buf + r * FC_VF_W);
 }
 
 // o is (nr, ldo), p is (nr, VW), vt is (nb, ldv): for d < dpp,
@@ -90,30 +86,93 @@ static inline __attribute__((always_inline)) void FN(dec_qk)(const float *q, int
 static inline __attribute__((always_inline)) void FN(dec_pv)(float *o, int64_t ldo, const int nr, const float *p,
                                                             const float *alpha, const float *vt, int64_t ldv,
                                                             int nb, int64_t dpp) {
-    for (int64_t d = 0; d < dpp; d += 4 * FC_VW) {
-        fc_v acc[4][4];
+    for (int64_t d = 0; d < dpp; d += 4 * FC_VF_W) {
+        fc_vf acc[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < nr; ++r) {
-            const fc_v al = FC_VSET1(alpha[r]);
+            const fc_vf al = fc_vf_set1(alpha[r]);
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; ++t) acc[r][t] = FC_VMUL(FC_VLOAD(o + r * ldo + d + t * FC_VW), al);
+            for (int t = 0; t < 4; ++t) acc[r][t] = fc_vf_mul(fc_vf_load(o + r * ldo + d + t * FC_VF_W), al);
         }
         const float *v = vt + d;
         for (int j = 0; j < nb; ++j, v += ldv) {
-            fc_v vv[4];
+            fc_vf vv[4];
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; ++t) vv[t] = FC_VLOAD(v + t * FC_VW);
+            for (int t = 0; t < 4; ++t) vv[t] = fc_vf_load(v + t * FC_VF_W);
 #pragma GCC unroll 4
             for (int r = 0; r < nr; ++r) {
-                const fc_v pb = FC_VSET1(p[r * FC_VW + j]);
+                const fc_vf pb = fc_vf_set1(p[r * FC_VF_W + j]);
 #pragma GCC unroll 4
-                for (int t = 0; t < 4; ++t) acc[r][t] = FC_VFMA(pb, vv[t], acc[r][t]);
+                for (int t = 0; t < 4; ++t) acc[r][t] = fc_vf_fma(pb, vv[t], acc[r][t]);
             }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < nr; ++r)
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; ++t) FC_VSTORE(o + r * ldo + d + t * FC_VW, acc[r][t]);
+            for (int t = 0; t < 4; ++t) fc_vf_store(o + r * ldo + d + t * FC_VF_W, acc[r][t]);
+    }
+}
+
+// The chunk's scores, score step, mask and online softmax for all R rows (keys on the lanes):
+// scores of row r on keys j0 + k (k < nb ≤ FC_VF_W) → P in pb[r][k] (0 for lanes k ≥ nb and keys
+// the row does not see), alpha[r], and the row's m (log2 units) and l updated. mode (simd_score.h)
+// is a compile-time constant at each call; slope[r], ioff[r] = U·slope and i + Sk − Sq of row r.
+static inline __attribute__((always_inline)) void FN(dec_scores)(
+    const int mode, const fc_attn *a, int64_t R, int64_t G, const float *q, int64_t dpp, const float *const *kr,
+    int64_t dp, fc_vf *hbuf, int kind, int64_t j0, int nb, const int64_t *se, const int64_t *lo, const int64_t *hi,
+    float cap, const float *slope, const float *ioff, float *pb, float *alpha, float *m, float *l) {
+    const int masked = !(kind == FC_TILE_FULL && nb == FC_VF_W);
+    for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
+        const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
+        fc_vf s[4];
+        switch (nr) {
+        case 1: FN(dec_qk)(q + r0 * dpp, dpp, 1, kr, dp, s, hbuf); break;
+        case 2: FN(dec_qk)(q + r0 * dpp, dpp, 2, kr, dp, s, hbuf); break;
+        case 3: FN(dec_qk)(q + r0 * dpp, dpp, 3, kr, dp, s, hbuf); break;
+        default: FN(dec_qk)(q + r0 * dpp, dpp, 4, kr, dp, s, hbuf); break;
+        }
+        for (int t = 0; t < nr; ++t) {
+            const int64_t r = r0 + t, i = r / G;
+            fc_vf sv = fc_vf_score_keys(mode, s[t], cap, slope[r], ioff[r] - (float)j0);
+            if (masked) {
+                int32_t sel = nb, lol = 0, hil = 0; /* FULL: keys < nb */
+                if (kind == FC_TILE_PARTIAL) {
+                    int64_t x;
+                    x = se[i] - j0; sel = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                    x = lo[i] - j0; lol = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                    x = hi[i] - j0; hil = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
+                }
+                sv = fc_vf_mask_ninf(fc_vm_keys_visible(sel, lol, hil), sv);
+            }
+            const float mx = fmaxf(m[r], fc_vf_hmax(sv));
+            /* A row that has seen nothing keeps −inf; exponentiate
+             * against 0 then, so that 2^(−inf) = 0, never NaN. */
+            const float ms = mx == -INFINITY ? 0.0f : mx;
+            const fc_vf e = fc_vf_exp2(fc_vf_sub(sv, fc_vf_set1(ms)));
+            fc_vf_store(pb + r * FC_VF_W, e);
+            alpha[r] = exp2f(m[r] - ms);
+            l[r] = l[r] * alpha[r] + fc_vf_hsum(e);
+            m[r] = mx;
+        }
+    }
+}
+
+// dec_pv for a chunk whose V holds a non-finite value: a row's P is exactly 0 on the keys it does
+// not see, and 0·inf would be NaN, so products with p = 0 are dropped (as the scalar oracle does).
+// A rare path: one row and one vector of d at a time.
+static void FN(dec_pv_masked)(float *o, int64_t ldo, int64_t R, const float *p, const float *alpha,
+                              const float *vt, int64_t ldv, int nb, int64_t D) {
+    for (int64_t r = 0; r < R; ++r) {
+        const fc_vf al = fc_vf_set1(alpha[r]);
+        for (int64_t d = 0; d < D; d += FC_VF_W) {
+            float *orow = o + r * ldo + d;
+            fc_vf acc = fc_vf_mul(fc_vf_load(orow), al);
+            for (int j = 0; j < nb; ++j) {
+                const float pj = p[r * FC_VF_W + j];
+                if (pj != 0.0f) acc = fc_vf_fma(fc_vf_set1(pj), fc_vf_load_tail(vt + j * ldv + d, D - d), acc);
+            }
+            fc_vf_store(orow, acc);
+        }
     }
 }
 
@@ -124,27 +183,34 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                          int64_t p1, const int64_t *se, const int64_t *lo, const int64_t *hi, float *ws,
                          float *o, float *m, float *l) {
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
-    const int64_t dpp = FN(dec_dpp)(D), dp = (D + FC_VW - 1) / FC_VW * FC_VW;
-    float *q = ws;                     /* (R, dpp), columns ≥ D stay 0 */
-    float *kp = q + R * dpp;           /* (VW, dpp), columns ≥ D stay 0 */
-    float *vp = kp + FC_VW * dpp;      /* (VW, dpp), columns ≥ D stay 0 */
-    float *pb = vp + FC_VW * dpp;      /* (R, VW) probabilities of the chunk */
-    float *alpha = pb + R * FC_VW;     /* (R) */
+    const int64_t dpp = FN(dec_dpp)(D), dp = (D + FC_VF_W - 1) / FC_VF_W * FC_VF_W;
+    float *q = ws;                       /* (R, dpp), columns ≥ D stay 0 */
+    float *kp = q + R * dpp;             /* (VW, dpp), columns ≥ D stay 0 */
+    float *vp = kp + FC_VF_W * dpp;      /* (VW, dpp), columns ≥ D stay 0 */
+    float *pb = vp + FC_VF_W * dpp;      /* (R, VW) probabilities of the chunk */
+    float *alpha = pb + R * FC_VF_W;     /* (R) */
+    float *slope = alpha + R;            /* (R) log2e·ALiBi slope of the row's head */
+    float *ioff = slope + R;             /* (R) i + Sk − Sq of the row (ALiBi distance) */
     const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
-    const float qmul = (float)(a->scale * 1.4426950408889634); /* exp → exp2 */
+    /* The score pipeline in log2 units (attn_score.h); qk_mul and cap are
+     * the same for every head, the slope is per head. */
+    const fc_score_params sp = fc_attn_score(a);
+    const int mode = fc_vscore_mode(&sp);
+    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
 
     for (int64_t r = 0; r < R; ++r) {
         const int64_t i = r / G, h = hk * G + r % G;
         const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
-        FN(cvt_row)(q + r * dpp, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, qmul);
+        fc_cvt_row(q + r * dpp, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, mod.qk_mul);
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
     }
+    fc_fwd_rows_alibi(&sp, b, hk, G, 0, (int)R, (int)R, FC_LOG2E, slope, ioff);
 
-    const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1 && D % FC_VW == 0;
-    fc_v hbuf[4 * FC_VW];              /* partial sums of the QK kernel */
-    const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % (4 * FC_VW) == 0;
+    const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1 && D % FC_VF_W == 0;
+    fc_vf hbuf[4 * FC_VF_W];             /* partial sums of the QK kernel */
+    const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % (4 * FC_VF_W) == 0;
     const int pf = a->sk[3] == 1 && a->sv[3] == 1;
     int64_t base = 0; /* key-list position of the segment's first key */
     for (int sg = 0; sg < ks->n; ++sg) {
@@ -152,14 +218,14 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
         const int64_t q0 = p0 > base ? p0 : base, q1 = p1 < base + len ? p1 : base + len;
         const int64_t ja = ks->s0[sg] + (q0 - base), jb = ks->s0[sg] + (q1 - base);
         base += len;
-        for (int64_t j0 = ja; j0 < jb; j0 += FC_VW) {
-            const int nb = (int)(jb - j0 < FC_VW ? jb - j0 : FC_VW);
+        for (int64_t j0 = ja; j0 < jb; j0 += FC_VF_W) {
+            const int nb = (int)(jb - j0 < FC_VF_W ? jb - j0 : FC_VF_W);
             const int kind = fc_tile_kind(se, lo, hi, (int)Sq, j0, j0 + nb);
             if (kind == FC_TILE_EMPTY) continue;
             const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
             const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
             if (pf) { /* FC_DEC_PFK keys ahead: K/V stream from L3 or DRAM */
-                for (int jj = FC_DEC_PFK; jj < FC_DEC_PFK + FC_VW && j0 + jj < jb; ++jj) {
+                for (int jj = FC_DEC_PFK; jj < FC_DEC_PFK + FC_VF_W && j0 + jj < jb; ++jj) {
                     const char *kr = (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz;
                     const char *vr = (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz;
                     for (int64_t x = 0; x < D * (int64_t)esz; x += 64) {
@@ -171,15 +237,15 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
             /* Key rows as fp32: in place when fp32 with unit d-stride (any
              * row stride), else converted into kp. Lanes ≥ nb repeat key
              * nb − 1 (their scores are masked). */
-            const float *kr[FC_VW];
+            const float *kr[FC_VF_W];
             if (k_inplace) {
                 const float *k = (const float *)a->k + ko0;
-                for (int jj = 0; jj < FC_VW; ++jj) kr[jj] = k + (jj < nb ? jj : nb - 1) * a->sk[1];
+                for (int jj = 0; jj < FC_VF_W; ++jj) kr[jj] = k + (jj < nb ? jj : nb - 1) * a->sk[1];
             } else {
                 for (int jj = 0; jj < nb; ++jj)
-                    FN(cvt_row)(kp + jj * dpp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
-                                a->sk[3], a->dtype, D, 1.0f);
-                for (int jj = 0; jj < FC_VW; ++jj) kr[jj] = kp + (jj < nb ? jj : nb - 1) * dpp;
+                    fc_cvt_row(kp + jj * dpp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
+                               a->sk[3], a->dtype, D, 1.0f);
+                for (int jj = 0; jj < FC_VF_W; ++jj) kr[jj] = kp + (jj < nb ? jj : nb - 1) * dpp;
             }
             const float *vt = vp;
             int64_t ldv = dpp;
@@ -188,45 +254,25 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
                 ldv = a->sv[1];
             } else {
                 for (int jj = 0; jj < nb; ++jj)
-                    FN(cvt_row)(vp + jj * dpp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
-                                a->sv[3], a->dtype, D, 1.0f);
+                    fc_cvt_row(vp + jj * dpp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
+                               a->sv[3], a->dtype, D, 1.0f);
             }
-            /* Scores, mask and online softmax, per row (keys on the lanes). */
-            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
-                const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
-                fc_v s[4];
-                switch (nr) {
-                case 1: FN(dec_qk)(q + r0 * dpp, dpp, 1, kr, dp, s, hbuf); break;
-                case 2: FN(dec_qk)(q + r0 * dpp, dpp, 2, kr, dp, s, hbuf); break;
-                case 3: FN(dec_qk)(q + r0 * dpp, dpp, 3, kr, dp, s, hbuf); break;
-                default: FN(dec_qk)(q + r0 * dpp, dpp, 4, kr, dp, s, hbuf); break;
-                }
-                for (int t = 0; t < nr; ++t) {
-                    const int64_t r = r0 + t, i = r / G;
-                    int32_t sel = nb, lol = 0, hil = 0; /* FULL: keys < nb */
-                    if (kind == FC_TILE_PARTIAL) {
-                        int64_t x;
-                        x = se[i] - j0; sel = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                        x = lo[i] - j0; lol = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                        x = hi[i] - j0; hil = (int32_t)(x < 0 ? 0 : x > nb ? nb : x);
-                    }
-                    const fc_v sv = (kind == FC_TILE_FULL && nb == FC_VW) ? s[t]
-                                                                          : FN(dec_mask)(s[t], sel, lol, hil);
-                    const float mx = fmaxf(m[r], FC_VHMAX(sv));
-                    /* A row that has seen nothing keeps −inf; exponentiate
-                     * against 0 then, so that 2^(−inf) = 0, never NaN. */
-                    const float ms = mx == -INFINITY ? 0.0f : mx;
-                    const fc_v e = fc_exp2_ps(FC_VSUB(sv, FC_VSET1(ms)));
-                    FC_VSTORE(pb + r * FC_VW, e);
-                    alpha[r] = exp2f(m[r] - ms);
-                    l[r] = l[r] * alpha[r] + FC_VHSUM(e);
-                    m[r] = mx;
-                }
+#define FC_DEC_SCORES(md)                                                                                  \
+    FN(dec_scores)((md), a, R, G, q, dpp, kr, dp, hbuf, kind, j0, nb, se, lo, hi, mod.cap, slope, ioff, pb, \
+                   alpha, m, l)
+            FC_VSCORE_DISPATCH(mode, FC_DEC_SCORES)
+#undef FC_DEC_SCORES
+            /* A row's P is 0 on the keys of a partial chunk it does not
+             * see; should V hold an inf or NaN there, 0·inf must not
+             * reach the row. */
+            if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vt, ldv, nb, D)) {
+                FN(dec_pv_masked)(o, dpp, R, pb, alpha, vt, ldv, nb, D);
+                continue;
             }
             for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
                 const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
                 float *orow = o + r0 * dpp;
-                const float *pr = pb + r0 * FC_VW, *al = alpha + r0;
+                const float *pr = pb + r0 * FC_VF_W, *al = alpha + r0;
                 switch (nr) {
                 case 1: FN(dec_pv)(orow, dpp, 1, pr, al, vt, ldv, nb, dpp); break;
                 case 2: FN(dec_pv)(orow, dpp, 2, pr, al, vt, ldv, nb, dpp); break;
@@ -243,14 +289,12 @@ static void FN(dec_finish)(const fc_attn *a, int64_t b, int64_t hk, const float 
                            const float *l) {
     const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, dpp = FN(dec_dpp)(a->D);
     const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
-    const int has_sink = a->sink_logits != NULL;
     for (int64_t r = 0; r < R; ++r) {
         const int64_t i = r / G, h = hk * G + r % G;
-        const double sink = has_sink ? (double)((const float *)a->sink_logits)[h] : 0.0;
         double factor, lse;
-        fc_row_finish((double)m[r] * 0.6931471805599453, (double)l[r], has_sink, sink, &factor, &lse);
+        fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor, &lse);
         const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-        FN(store_row)((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, o + r * dpp, a->D, (float)factor);
+        fc_store_row((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, o + r * dpp, a->D, (float)factor);
         if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
     }
 }
@@ -259,9 +303,10 @@ static flashc_status FN(dec_run)(const fc_attn *a) {
     const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
     const int64_t dpp = FN(dec_dpp)(a->D), nouter = a->B * a->Hkv;
     int64_t se[FC_DEC_ROWS_CAP], lo[FC_DEC_ROWS_CAP], hi[FC_DEC_ROWS_CAP];
-    for (int64_t i = 0; i < Sq; ++i) fc_visible_range(a, i, &se[i], &lo[i], &hi[i]);
+    const fc_mask mk = fc_attn_mask(a);
+    for (int64_t i = 0; i < Sq; ++i) fc_visible_keys(&mk, i, &se[i], &lo[i], &hi[i]);
     fc_keysegs ks;
-    fc_block_keysegs_of(a, 0, Sq - 1, &ks);
+    fc_block_keysegs(&mk, 0, Sq - 1, &ks);
     int64_t nkeys = 0;
     for (int sg = 0; sg < ks.n; ++sg) nkeys += ks.s1[sg] - ks.s0[sg];
 
@@ -298,8 +343,8 @@ static flashc_status FN(dec_run)(const fc_attn *a) {
         for (int64_t t = 0; t < nitems; ++t) {
             const int64_t u = t / ns, s = t % ns;
             /* split s: key-list positions [s·N/ns, (s+1)·N/ns), cut at chunk multiples */
-            const int64_t p0 = (nkeys * s / ns) / FC_VW * FC_VW;
-            const int64_t p1 = s + 1 == ns ? nkeys : (nkeys * (s + 1) / ns) / FC_VW * FC_VW;
+            const int64_t p0 = (nkeys * s / ns) / FC_VF_W * FC_VF_W;
+            const int64_t p1 = s + 1 == ns ? nkeys : (nkeys * (s + 1) / ns) / FC_VF_W * FC_VF_W;
             float *o = ns > 1 ? part + t * per_part : own;
             FN(dec_item)(a, u / a->Hkv, u % a->Hkv, &ks, p0, p1, se, lo, hi, ws, o, o + R * dpp,
                          o + R * dpp + R);

@@ -30,20 +30,37 @@ static inline void fc_scalar_store(void *base, int64_t off, int dtype, double x)
     }
 }
 
+/* fp32: the oracle of the F32/F16/BF16 SIMD paths (fp32 scores, tanhf). */
 #define REAL float
 #define EXPR expf
+#define TANHR tanhf
+#define MODT fc_score_modf
+#define MOD_OF(m) fc_score_modf_of(m)
+#define SCORE(mod, u, t, dist) fc_scoref((mod), (u), (t), (dist))
 #define FN(x) fc_scalar_f32_##x
 #include "attn_fwd_scalar_body.h"
 #undef REAL
 #undef EXPR
+#undef TANHR
+#undef MODT
+#undef MOD_OF
+#undef SCORE
 #undef FN
 
 #define REAL double
 #define EXPR exp
+#define TANHR tanh
+#define MODT fc_score_mod
+#define MOD_OF(m) (m)
+#define SCORE(mod, u, t, dist) fc_score((mod), (u), (t), (dist))
 #define FN(x) fc_scalar_f64_##x
 #include "attn_fwd_scalar_body.h"
 #undef REAL
 #undef EXPR
+#undef TANHR
+#undef MODT
+#undef MOD_OF
+#undef SCORE
 #undef FN
 
 flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a) { return fc_scalar_f32_run(a); }

@@ -2,12 +2,15 @@
  * attn_fwd_scalar_body.h — the plain-C FlashAttention-2 forward, written once
  * and instantiated by attn_fwd_scalar.c for REAL = float (the F32/F16/BF16
  * oracle) and REAL = double (F64 on every ISA). No include guard: it is
- * included once per instantiation, with REAL, EXPR (exp for REAL) and FN(x)
- * (name mangling) defined.
+ * included once per instantiation, with REAL, EXPR (exp for REAL), TANHR
+ * (tanh for REAL), SCORE(mod, u, t, dist) (fc_scoref or fc_score on the
+ * fc_score_modf / fc_score_mod held in a MODT) and FN(x) (name mangling)
+ * defined.
  *
  * A work item is (b, h, block of SBR query rows); K and V tiles of SBC keys
- * are converted into REAL scratch, then S = Q·Kᵀ, the online softmax and
- * O += P·V run as plain loops in natural-log units.
+ * are converted into REAL scratch, then S = Q·Kᵀ, the score pipeline
+ * (attn_score.h, natural units: unit 1), the online softmax and O += P·V run
+ * as plain loops.
  */
 
 /* Per-thread scratch in REALs for head dim D. */
@@ -19,7 +22,7 @@ static size_t FN(scratch_elems)(int64_t D) {
 static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *ws) {
     const int64_t D = a->D, hk = h / (a->Hq / a->Hkv);
     const int nr = (int)(a->Sq - i0 < SBR ? a->Sq - i0 : SBR);
-    REAL *q = ws;               /* (SBR, D), pre-multiplied by scale */
+    REAL *q = ws;               /* (SBR, D), pre-multiplied by mod.qk_mul */
     REAL *o = q + SBR * D;      /* (SBR, D) unnormalised accumulator */
     REAL *kt = o + SBR * D;     /* (SBC, D) key tile */
     REAL *vt = kt + SBC * D;    /* (SBC, D) value tile */
@@ -27,20 +30,25 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
     REAL *m = s + SBR * SBC;    /* (SBR) running max */
     REAL *l = m + SBR;          /* (SBR) running sum */
     int64_t se[SBR], lo[SBR], hi[SBR];
+    const fc_mask mk = fc_attn_mask(a);
+    const fc_score_params sp = fc_attn_score(a);
+    const int plain = fc_score_is_plain(&sp);
+    const fc_score_mod mod64 = fc_score_mod_make(&sp, b, h, 1.0);
+    const MODT mod = MOD_OF(mod64);
 
     const char *qb = (const char *)a->q;
     for (int r = 0; r < nr; ++r) {
         const int64_t off = b * a->sq[0] + (i0 + r) * a->sq[1] + h * a->sq[2];
         for (int64_t d = 0; d < D; ++d)
-            q[r * D + d] = (REAL)(fc_scalar_load(qb, off + d * a->sq[3], a->dtype) * a->scale);
+            q[r * D + d] = (REAL)(fc_scalar_load(qb, off + d * a->sq[3], a->dtype) * mod64.qk_mul);
         for (int64_t d = 0; d < D; ++d) o[r * D + d] = 0;
         m[r] = (REAL)-INFINITY;
         l[r] = 0;
-        fc_visible_range(a, i0 + r, &se[r], &lo[r], &hi[r]);
+        fc_visible_keys(&mk, i0 + r, &se[r], &lo[r], &hi[r]);
     }
 
     fc_keysegs ks;
-    fc_block_keysegs_of(a, i0, i0 + nr - 1, &ks);
+    fc_block_keysegs(&mk, i0, i0 + nr - 1, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += SBC) {
             const int64_t j1 = j0 + SBC < ks.s1[sg] ? j0 + SBC : ks.s1[sg];
@@ -61,12 +69,15 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
                 REAL mx = m[r];
                 for (int jj = 0; jj < nb; ++jj) {
                     const int64_t j = j0 + jj;
-                    if (kind == FC_TILE_PARTIAL && !(j < se[r] || (j >= lo[r] && j < hi[r]))) {
+                    if (kind == FC_TILE_PARTIAL && !FC_KEY_VISIBLE(se[r], lo[r], hi[r], j)) {
                         sr[jj] = (REAL)-INFINITY;
                         continue;
                     }
                     REAL acc = 0;
                     for (int64_t d = 0; d < D; ++d) acc += qr[d] * kt[jj * D + d];
+                    if (!plain) /* softcap, ALiBi */
+                        acc = SCORE(&mod, acc, mod.cap != 0 ? TANHR(acc) : (REAL)0,
+                                    (REAL)fc_alibi_dist(&sp, i0 + r, j));
                     sr[jj] = acc;
                     if (acc > mx) mx = acc;
                 }
@@ -92,9 +103,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
     }
 
     const int has_sink = a->sink_logits != NULL;
-    const double sink = !has_sink ? 0.0
-                        : a->dtype == FLASHC_F64 ? ((const double *)a->sink_logits)[h]
-                                                 : (double)((const float *)a->sink_logits)[h];
+    const double sink = fc_attn_sink(a, h);
     for (int r = 0; r < nr; ++r) {
         double factor, lse;
         fc_row_finish((double)m[r], (double)l[r], has_sink, sink, &factor, &lse);
@@ -113,13 +122,14 @@ static flashc_status FN(run)(const fc_attn *a) {
     const int64_t nqb = (a->Sq + SBR - 1) / SBR, nouter = a->B * a->Hq;
     if (nqb == 0) return FLASHC_OK;
     const int64_t nitems = nouter * nqb;
+    const fc_mask mk = fc_attn_mask(a);
     fc_work *work = (fc_work *)malloc((size_t)nitems * sizeof(fc_work));
     if (!work) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: work list of %lld items",
                                    (long long)nitems);
     for (int64_t t = 0; t < nqb; ++t) {
         const int64_t ia = t * SBR, ib = (ia + SBR < a->Sq ? ia + SBR : a->Sq) - 1;
         fc_keysegs ks;
-        fc_block_keysegs_of(a, ia, ib, &ks);
+        fc_block_keysegs(&mk, ia, ib, &ks);
         int64_t keys = 0;
         for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
         for (int64_t u = 0; u < nouter; ++u)

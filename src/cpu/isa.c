@@ -5,6 +5,7 @@
  * their switch, FLASHC_CPU_BF16=0|1, is read at every call so that one test
  * process can compare both paths. */
 #include "flashc_internal.h"
+#include "common/knobs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,28 +51,22 @@ static int detect_bf16(void) {
 #endif
 }
 
-static int choose_isa(void) {
-    int best = detect_isa();
-    const char *env = getenv("FLASHC_CPU_ISA");
-    if (env && *env) {
-        int want = best;
-        if (!strcmp(env, "scalar")) want = FC_ISA_SCALAR;
-        else if (!strcmp(env, "avx2")) want = FC_ISA_AVX2;
-        else if (!strcmp(env, "avx512")) want = FC_ISA_AVX512;
-        if (want < best) best = want; /* never above what the CPU runs */
-    }
-    return best;
-}
-
-int fc_cpu_isa_level(void) {
-    /* Benign race: every thread computes the same value. */
+/* The best level the CPU runs, detected once (benign race: every thread
+ * computes the same value). */
+static int cpu_isa_best(void) {
     static volatile int level = -1;
     int l = level;
     if (l < 0) {
-        l = choose_isa();
+        l = detect_isa();
         level = l;
     }
     return l;
+}
+
+/* FLASHC_CPU_ISA (knobs.h, read at every call) caps it, never raises it. */
+int fc_cpu_isa_level(void) {
+    const int best = cpu_isa_best(), want = fc_knob_cpu_isa();
+    return want != FC_KNOB_AUTO && want < best ? want : best;
 }
 
 /* Whether vdpbf16ps beats two fp32 FMA ports. On AMD Zen 4 it doubles the
@@ -92,15 +87,14 @@ int fc_cpu_has_avx512bf16(void) {
     static volatile int has = -1, pays = -1; /* benign races, as above */
     int h = has;
     if (h < 0) {
-        h = fc_cpu_isa_level() == FC_ISA_AVX512 && detect_bf16();
+        h = cpu_isa_best() == FC_ISA_AVX512 && detect_bf16();
         pays = bf16_pays_off();
         has = h;
     }
-    if (!h) return 0;
+    if (!h || fc_cpu_isa_level() != FC_ISA_AVX512) return 0;
     /* FLASHC_CPU_BF16=0: off; =1: on wherever the CPU has it; unset: on where it pays. */
-    const char *env = getenv("FLASHC_CPU_BF16");
-    if (env && env[0] && env[1] == '\0' && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
-    return pays;
+    const int want = fc_knob_cpu_bf16();
+    return want != FC_KNOB_AUTO ? want : pays;
 }
 
 FLASHC_API const char *flashc_cpu_features(void) {

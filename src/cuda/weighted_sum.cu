@@ -28,6 +28,7 @@
  * Temporaries are cudaMallocAsync'd on the stream.
  */
 #include "fc_cuda.cuh"
+#include "common/knobs.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -675,15 +676,9 @@ static flashc_status fcc_persistent_grid(K kernel, int threads, int64_t items, i
     return FLASHC_OK;
 }
 
-/* Test hook, read once: FLASHC_WSUM_VARIANT=0 sends every case to the
+/* Test hook (knobs.h): FLASHC_WSUM_VARIANT=0 sends every case to the
  * generic kernels (to test them, and to compare, on contiguous inputs). */
-static int fcc_wsum_variant() {
-    static const int v = [] {
-        const char *s = getenv("FLASHC_WSUM_VARIANT");
-        return s && *s ? atoi(s) : 1;
-    }();
-    return v;
-}
+static int fcc_wsum_variant() { return fc_knob_wsum_variant(); }
 
 /* Rows of x (and dx when given) are runs of aligned 16-byte vectors. */
 template <class T> static bool fcc_rows_vec(const fcc_wsum_args &g, const void *base, int64_t dstr, int64_t rstr) {

@@ -1,0 +1,79 @@
+/*
+ * knobs.h — every FLASHC_* environment variable, read here and nowhere else,
+ * with one policy: a knob is read at every call that consults it (getenv is
+ * cheap next to any kernel, and tests change knobs between calls); an unset
+ * or empty variable, or a value the knob does not know, means "auto".
+ * Header-only, so that the core library and the CUDA module (a separate
+ * shared object) read the environment the same way. The list below is
+ * mirrored in flashc.h ("Environment").
+ *
+ *   FLASHC_CPU_ISA=scalar|avx2|avx512   cap the CPU SIMD path (tests, benchmarks)
+ *   FLASHC_CPU_BF16=0|1                 AVX512-BF16 paths off / on wherever the CPU has them
+ *   FLASHC_CPU_DECODE_ROWS=n            rows per (b, kv head) up to which the CPU forward takes the
+ *                                       decode path (0 = never; capped at 64)
+ *   FLASHC_CPU_BWD=twopass              force the CPU backward's two-pass (key-major) schedule
+ *   FLASHC_CUDA_KERNEL=generic|mma      force a CUDA attention kernel family: generic = SIMT kernels
+ *                                       only; mma = mma.sync (skip wgmma), then generic
+ *   FLASHC_CUDA_MODULE=path             the CUDA module to dlopen instead of the one beside libflashc
+ *   FLASHC_WSUM_VARIANT=0               CUDA weighted sum: generic kernels only (tests, benchmarks)
+ */
+#ifndef FLASHC_COMMON_KNOBS_H
+#define FLASHC_COMMON_KNOBS_H
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { FC_KNOB_AUTO = -1 };
+
+/* Index of the variable's value in `names` (NULL-terminated), FC_KNOB_AUTO when
+ * unset, empty or unknown. */
+static inline int fc_knob_choice(const char *var, const char *const *names) {
+    const char *e = getenv(var);
+    if (!e || !*e) return FC_KNOB_AUTO;
+    for (int i = 0; names[i]; ++i)
+        if (strcmp(e, names[i]) == 0) return i;
+    return FC_KNOB_AUTO;
+}
+
+/* Non-negative integer value, capped at `cap`; FC_KNOB_AUTO when unset, empty
+ * or not a number. */
+static inline long fc_knob_int(const char *var, long cap) {
+    const char *e = getenv(var);
+    if (!e || !*e) return FC_KNOB_AUTO;
+    char *end = NULL;
+    const long n = strtol(e, &end, 10);
+    if (end == e || *end != '\0' || n < 0) return FC_KNOB_AUTO;
+    return n > cap ? cap : n;
+}
+
+/* Raw string value (paths, names); NULL when unset or empty. */
+static inline const char *fc_knob_str(const char *var) {
+    const char *e = getenv(var);
+    return e && *e ? e : NULL;
+}
+
+/* ---------------------------------------------------------------- the knobs */
+static const char *const fc_knob_isa_names[] = {"scalar", "avx2", "avx512", NULL};
+static inline int fc_knob_cpu_isa(void) { return fc_knob_choice("FLASHC_CPU_ISA", fc_knob_isa_names); }
+
+static const char *const fc_knob_bool_names[] = {"0", "1", NULL};
+static inline int fc_knob_cpu_bf16(void) { return fc_knob_choice("FLASHC_CPU_BF16", fc_knob_bool_names); }
+
+static inline long fc_knob_cpu_decode_rows(void) { return fc_knob_int("FLASHC_CPU_DECODE_ROWS", 64); }
+
+static const char *const fc_knob_bwd_names[] = {"twopass", NULL};
+static inline int fc_knob_cpu_bwd_twopass(void) {
+    return fc_knob_choice("FLASHC_CPU_BWD", fc_knob_bwd_names) == 0;
+}
+
+enum { FC_KNOB_CUDA_GENERIC = 0, FC_KNOB_CUDA_MMA = 1 };
+static const char *const fc_knob_cuda_kernel_names[] = {"generic", "mma", NULL};
+static inline int fc_knob_cuda_kernel(void) {
+    return fc_knob_choice("FLASHC_CUDA_KERNEL", fc_knob_cuda_kernel_names);
+}
+
+static inline const char *fc_knob_cuda_module(void) { return fc_knob_str("FLASHC_CUDA_MODULE"); }
+/* 1 (auto: fast kernels where they apply) unless FLASHC_WSUM_VARIANT=0. */
+static inline int fc_knob_wsum_variant(void) { return fc_knob_int("FLASHC_WSUM_VARIANT", 1) == 0 ? 0 : 1; }
+
+#endif /* FLASHC_COMMON_KNOBS_H */

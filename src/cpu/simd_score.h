@@ -1,0 +1,125 @@
+/*
+ * simd_score.h — the score pipeline of attn_score.h (softcap, then ALiBi,
+ * then the mask of attn_mask.h) on vectors, written once over the
+ * vocabulary of simd_avx2.h / simd_avx512.h: include one of those first.
+ *
+ * Units as attn_score.h: a kernel multiplies <q, k> by mod.qk_mul (folded
+ * into Q) giving u; with modf = fc_score_modf_of(mod) in unit U, lane-wise
+ *   s = cap·tanh(u) (cap = modf.cap ≠ 0) or u;   s −= slope·|dist|
+ * exactly as fc_scoref (a product, then a difference: no fused rounding),
+ * with dist = i + Sk − Sq − j, exact in fp32 while |i + Sk − Sq| and j stay
+ * below 2^24. The mode (which steps run) is a compile-time argument: call
+ * these from a switch over fc_vscore_mode(), so that each combination is its
+ * own straight-line code and FC_VS_PLAIN costs nothing.
+ */
+#ifndef FLASHC_CPU_SIMD_SCORE_H
+#define FLASHC_CPU_SIMD_SCORE_H
+
+#if !defined(FC_SIMD_AVX2) && !defined(FC_SIMD_AVX512)
+#error "include simd_avx2.h or simd_avx512.h before simd_score.h"
+#endif
+
+enum { FC_VS_PLAIN = 0, FC_VS_CAP = 1, FC_VS_ALIBI = 2, FC_VS_BOTH = 3 };
+
+/* Which per-element steps problem p needs. */
+static inline int fc_vscore_mode(const fc_score_params *p) {
+    return (p->softcap > 0.0 ? FC_VS_CAP : 0) | (p->alibi ? FC_VS_ALIBI : 0);
+}
+
+/* Runs CALL(m) with m the compile-time constant equal to mode: the one
+ * place that lists the modes, so that a kernel templated on the mode
+ * (attn_fwd_decode_body.h, fc_vtile_score_rows_any) never does. */
+#define FC_VSCORE_DISPATCH(mode, CALL)             \
+    switch (mode) {                               \
+    case FC_VS_PLAIN: CALL(FC_VS_PLAIN); break;   \
+    case FC_VS_CAP: CALL(FC_VS_CAP); break;       \
+    case FC_VS_ALIBI: CALL(FC_VS_ALIBI); break;   \
+    default: CALL(FC_VS_BOTH); break;             \
+    }
+
+/* fc_scoref lane-wise. u: lanes of qk_mul·<q, k>; cap: U·softcap
+ * (broadcast); slope: U·slope per lane; dist: i + Sk − Sq − j per lane.
+ * *t receives tanh(u) when mode has FC_VS_CAP (for the backward's
+ * fc_score_dgradf), else is left alone. */
+FC_SI fc_vf fc_vf_scoref_t(int mode, fc_vf u, fc_vf cap, fc_vf slope, fc_vf dist, fc_vf *t) {
+    fc_vf s = u;
+    if (mode & FC_VS_CAP) {
+        *t = fc_vf_tanh(u);
+        s = fc_vf_mul(cap, *t);
+    }
+    if (mode & FC_VS_ALIBI) s = fc_vf_sub(s, fc_vf_mul(slope, fc_vf_abs(dist)));
+    return s;
+}
+FC_SI fc_vf fc_vf_scoref(int mode, fc_vf u, fc_vf cap, fc_vf slope, fc_vf dist) {
+    fc_vf t;
+    return fc_vf_scoref_t(mode, u, cap, slope, dist, &t);
+}
+
+/* fc_score_dgradf lane-wise: 1 − t² with the softcap (t = tanh u), else 1. */
+FC_SI fc_vf fc_vf_score_dgradf(int mode, fc_vf t) {
+    return (mode & FC_VS_CAP) ? fc_vf_fnma(t, t, fc_vf_set1(1.0f)) : fc_vf_set1(1.0f);
+}
+
+/* s where vis, −inf elsewhere (the mask step; whatever s holds, even NaN,
+ * does not pass an invisible lane). */
+FC_SI fc_vf fc_vf_mask_ninf(fc_vm vis, fc_vf s) { return fc_vf_select(vis, s, fc_vf_set1(-INFINITY)); }
+
+/* ------------------------------------------------ keys on the lanes */
+/* Lanes k (tile-relative key k) visible to a row whose tile-relative ranges
+ * are (se, lo, hi): FC_KEY_VISIBLE(se, lo, hi, k). */
+FC_SI fc_vm fc_vm_keys_visible(int32_t se, int32_t lo, int32_t hi) {
+    return fc_vm_key_visible(fc_vi_set1(se), fc_vi_set1(lo), fc_vi_set1(hi), fc_vi_iota());
+}
+/* Scores of one row on keys j0 + k (k < FC_VF_W): ioff = i + Sk − Sq − j0
+ * of the row, slope its U·slope. */
+FC_SI fc_vf fc_vf_score_keys(int mode, fc_vf u, float cap, float slope, float ioff) {
+    return fc_vf_scoref(mode, u, fc_vf_set1(cap), fc_vf_set1(slope), fc_vf_sub(fc_vf_set1(ioff), fc_vf_iota()));
+}
+
+/* ------------------------------------------------ rows on the lanes */
+// st is (nb, ld) with lanes = query rows: st[j·ld + r] = u of row r and key j0 + j, for r < nrows
+// (a multiple of FC_VF_W; st rows FC_VF_W-aligned). Becomes the score of fc_scoref with row r's
+// slope[r] (U units) and dist = ioff[r] − (j0 + j), ioff[r] = i_r + Sk − Sq; when partial, −inf where
+// row r does not see the key: FC_KEY_VISIBLE(sel[r], lol[r], hil[r], j) on tile-relative ranges.
+// Modes with no per-element step and !partial do nothing.
+FC_SI void fc_vtile_score_rows(int mode, int partial, float *st, int64_t ld, int nb, int nrows, int64_t j0,
+                               float cap, const float *slope, const float *ioff, const int32_t *sel,
+                               const int32_t *lol, const int32_t *hil) {
+    if (mode == FC_VS_PLAIN && !partial) return;
+    const fc_vf vcap = fc_vf_set1(cap);
+    for (int rb = 0; rb < nrows; rb += FC_VF_W) {
+        const fc_vf sl = (mode & FC_VS_ALIBI) ? fc_vf_load(slope + rb) : fc_vf_zero();
+        const fc_vf io = (mode & FC_VS_ALIBI) ? fc_vf_sub(fc_vf_load(ioff + rb), fc_vf_set1((float)j0)) : fc_vf_zero();
+        fc_vi vse = fc_vi_set1(0), vlo = vse, vhi = vse;
+        if (partial) {
+            vse = fc_vi_load(sel + rb);
+            vlo = fc_vi_load(lol + rb);
+            vhi = fc_vi_load(hil + rb);
+        }
+        for (int j = 0; j < nb; ++j) {
+            float *p = st + (int64_t)j * ld + rb;
+            fc_vf s = fc_vf_scoref(mode, fc_vf_loada(p), vcap, sl, fc_vf_sub(io, fc_vf_set1((float)j)));
+            if (partial) s = fc_vf_mask_ninf(fc_vm_key_visible(vse, vlo, vhi, fc_vi_set1(j)), s);
+            fc_vf_storea(p, s);
+        }
+    }
+}
+
+/* fc_vtile_score_rows with a run-time mode: one instantiation per (mode, partial). */
+static inline void fc_vtile_score_rows_any(int mode, int partial, float *st, int64_t ld, int nb, int nrows,
+                                           int64_t j0, float cap, const float *slope, const float *ioff,
+                                           const int32_t *sel, const int32_t *lol, const int32_t *hil) {
+#define FC_VS_ROWS(m, pa) fc_vtile_score_rows((m), (pa), st, ld, nb, nrows, j0, cap, slope, ioff, sel, lol, hil)
+#define FC_VS_ROWS_PARTIAL(m) FC_VS_ROWS(m, 1)
+#define FC_VS_ROWS_FULL(m) FC_VS_ROWS(m, 0)
+    if (partial) {
+        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_PARTIAL)
+    } else {
+        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_FULL)
+    }
+#undef FC_VS_ROWS_FULL
+#undef FC_VS_ROWS_PARTIAL
+#undef FC_VS_ROWS
+}
+
+#endif /* FLASHC_CPU_SIMD_SCORE_H */
