@@ -865,6 +865,7 @@ def test_score_mods_backward_larger(rng, monkeypatch, dtype, D):
                    dict(causal=True, use_sinks=True))  # rows with no visible key
 
 
+@pytest.mark.xfail(reason="CUDA: 0·NaN in the P·V / dS·K tile products (issue 11)", strict=False)
 @pytest.mark.parametrize("kernel", _KERNELS, ids=["default", "mma", "generic"])
 @pytest.mark.parametrize("mods", ["plain", "softcap", "both"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

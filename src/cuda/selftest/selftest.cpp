@@ -232,6 +232,8 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     a.wr = c.causal ? 0 : c.wr;
     a.n_sink = c.nsink;
     a.sink_logits = c.sinklog ? sl.ptr() : nullptr;
+    a.ssink = 1;
+    a.sdsink = 1;
     a.deterministic = 1;
 
     /* reference forward (float64) */
