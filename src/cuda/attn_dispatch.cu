@@ -1,77 +1,133 @@
 /*
- * attn_dispatch.cu — the module's attention entries. The tensor-core kernels
- * (attn_tc.h) are asked first; they return FLASHC_ERR_UNSUPPORTED for a case
- * they decline, and the generic SIMT kernels (attn_generic_fwd.cu,
- * attn_generic_bwd.cu), which accept every valid fc_attn, run instead.
- * Forward order: the Hopper wgmma kernel (attn_fwd_wgmma.cu; only on compute
- * capability 9.0, the one arch its sm_90a code runs on), then the mma.sync
- * kernel (attn_fwd_tc.cu), then generic.
+ * attn_dispatch.cu — the module's attention entries: build the one parameter
+ * struct (fcc_attn, attn_params.cuh) once, plan, run.
  *
- * FLASHC_CUDA_KERNEL in the environment forces a path (tests and benchmarks
- * compare them): "generic" = the generic kernels only; "mma" = skip the
- * wgmma forward (mma.sync, then generic). It is read on every call so a test
- * may change it between calls.
+ * Forward plan, in order of speed: the Hopper wgmma kernel (attn_fwd_wgmma.cu;
+ * sm_90a code, only on compute capability 9.0), the mma.sync kernel
+ * (attn_fwd_tc.cu, sm_80+), the generic SIMT kernel (every valid problem).
+ * Backward: the mma.sync kernel (attn_bwd_tc.cu), then generic.
+ * FLASHC_CUDA_KERNEL (common/knobs.h, read at every call) forces a family:
+ * "generic" = the generic kernels only; "mma" = skip the wgmma forward.
  */
-#include "fc_cuda.cuh"
-#include "attn_tc.h"
+#include "attn_params.cuh"
+#include "common/knobs.h"
 
 #include <atomic>
-#include <stdlib.h>
-#include <string.h>
+#include <stdint.h>
 
-enum { FCC_KERNEL_AUTO = 0, FCC_KERNEL_MMA = 1, FCC_KERNEL_GENERIC = 2 };
-
-static int fcc_forced_kernel(void) {
-    const char *e = getenv("FLASHC_CUDA_KERNEL");
-    if (!e) return FCC_KERNEL_AUTO;
-    if (strcmp(e, "generic") == 0) return FCC_KERNEL_GENERIC;
-    if (strcmp(e, "mma") == 0) return FCC_KERNEL_MMA;
-    return FCC_KERNEL_AUTO;
+flashc_status fcc_device_query(fcc_device *d) {
+    static std::atomic<int> cache_cc[64], cache_sm[64], cache_smem[64]; /* 0 = not asked yet */
+    int dev = 0;
+    FCC_CHECK(cudaGetDevice(&dev));
+    d->ordinal = dev;
+    if (dev >= 0 && dev < 64 && cache_cc[dev].load(std::memory_order_relaxed) != 0) {
+        d->cc = cache_cc[dev].load(std::memory_order_relaxed);
+        d->sm_count = cache_sm[dev].load(std::memory_order_relaxed);
+        d->smem_optin = cache_smem[dev].load(std::memory_order_relaxed);
+        return FLASHC_OK;
+    }
+    int major = 0, minor = 0, sms = 0, smem = 0;
+    FCC_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    FCC_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    d->cc = 10 * major + minor;
+    d->sm_count = sms;
+    d->smem_optin = smem;
+    if (dev >= 0 && dev < 64) {
+        cache_sm[dev].store(sms, std::memory_order_relaxed);
+        cache_smem[dev].store(smem, std::memory_order_relaxed);
+        cache_cc[dev].store(d->cc, std::memory_order_relaxed); /* last: marks the entry valid */
+    }
+    return FLASHC_OK;
 }
 
-/* 1 when the current device is compute capability 9.0 (sm_90a code runs
- * there and nowhere else). Queried once per device ordinal, then cached. */
-static bool fcc_device_is_sm90(void) {
-    static std::atomic<int> cache[64]; /* 0 unknown, 1 yes, 2 no */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
+static bool aligned(const void *p, unsigned bytes) { return ((uintptr_t)p % bytes) == 0; }
+
+flashc_status fcc_attn_make(const fc_attn *a, bool bwd, fcc_attn *p) {
+    p->a = *a;
+    p->mask = fc_attn_mask(a);
+    p->score = fc_attn_score(a);
+    const int64_t lim = (int64_t)1 << 30;
+    p->fits_int32 = a->Sq < lim && a->Sk < lim && a->Hq < lim && a->B < lim && a->D < lim;
+    p->Sq = (int)a->Sq;
+    p->Sk = (int)a->Sk;
+    p->Hq = (int)a->Hq;
+    p->Hkv = (int)a->Hkv;
+    p->D = (int)a->D;
+    p->group = (int)(a->Hq / a->Hkv);
+    p->bwd = bwd;
+
+    /* The tensors a kernel reads row by row, and those it writes. */
+    const void *in[5] = {a->q, a->k, a->v, bwd ? a->o : nullptr, bwd ? a->dout : nullptr};
+    const int64_t *sin[5] = {a->sq, a->sk, a->sv, a->so, a->sdo};
+    const void *out[3] = {bwd ? a->dq : a->o, bwd ? a->dk : nullptr, bwd ? a->dv : nullptr};
+    const int64_t *sout[3] = {bwd ? a->sdq : a->so, a->sdk, a->sdv};
+    const int nin = bwd ? 5 : 3, nout = bwd ? 3 : 1;
+
+    bool contig = true;
+    for (int i = 0; i < nin; ++i) contig = contig && (a->D == 1 || sin[i][3] == 1);
+    for (int i = 0; i < nout; ++i) contig = contig && (a->D == 1 || sout[i][3] == 1);
+    if (!bwd) contig = contig && (a->D == 1 || a->so[3] == 1);
+    p->d_contig = contig;
+
+    /* 16-byte rows of 2-byte elements: pointers 16-byte aligned, strides of
+     * the batch/seq/head axes multiples of 8 elements, whole 8-element chunks. */
+    bool vec = contig && a->D % 8 == 0;
+    for (int i = 0; i < nin; ++i) {
+        vec = vec && aligned(in[i], 16);
+        for (int j = 0; j < 3; ++j) vec = vec && sin[i][j] % 8 == 0;
     }
-    int c = (dev >= 0 && dev < 64) ? cache[dev].load(std::memory_order_relaxed) : 0;
-    if (c == 0) {
-        int major = 0, minor = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        c = (major == 9 && minor == 0) ? 1 : 2;
-        if (dev >= 0 && dev < 64) cache[dev].store(c, std::memory_order_relaxed);
+    p->vec16 = vec;
+    bool pairs = contig;
+    for (int i = 0; i < nout; ++i) {
+        pairs = pairs && aligned(out[i], 4);
+        for (int j = 0; j < 3; ++j) pairs = pairs && sout[i][j] % 2 == 0;
     }
-    return c == 1;
+    p->out_pairs = pairs;
+    bool ovec = contig && a->D % 8 == 0;
+    for (int i = 0; i < nout; ++i) {
+        ovec = ovec && aligned(out[i], 16);
+        for (int j = 0; j < 3; ++j) ovec = ovec && sout[i][j] % 8 == 0;
+    }
+    p->out_vec16 = ovec;
+
+    p->plain_score = fc_score_is_plain(&p->score) != 0;
+    p->scale_pos = a->scale > 0.0;
+    p->scale = (float)a->scale;
+    p->sl2e = (float)(a->scale * FC_LOG2E);
+    return fcc_device_query(&p->dev);
+}
+
+fcc_fwd_kernel fcc_plan_fwd(const fcc_attn &p, int forced) {
+    if (forced == FC_KNOB_CUDA_GENERIC) return FCC_FWD_GENERIC;
+    if (forced != FC_KNOB_CUDA_MMA && p.dev.cc == 90 && fcc_fwd_wgmma_supports(p)) return FCC_FWD_WGMMA;
+    if (fcc_fwd_mma_supports(p)) return FCC_FWD_MMA;
+    return FCC_FWD_GENERIC;
+}
+
+fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced) {
+    if (forced == FC_KNOB_CUDA_GENERIC) return FCC_BWD_GENERIC;
+    if (fcc_bwd_mma_supports(p)) return FCC_BWD_MMA;
+    return FCC_BWD_GENERIC;
 }
 
 flashc_status fcc_attn_fwd(const fc_attn *a) {
-    const int forced = fcc_forced_kernel();
-    if (forced == FCC_KERNEL_AUTO && fcc_device_is_sm90()) {
-        const flashc_status st = fc_cuda_attn_fwd_wgmma(a);
-        if (st != FLASHC_ERR_UNSUPPORTED) return st;
-        fcc_clear_error();
+    if (a->Sq == 0) return FLASHC_OK;
+    fcc_attn p;
+    FCC_TRY(fcc_attn_make(a, false, &p));
+    switch (fcc_plan_fwd(p, fc_knob_cuda_kernel())) {
+    case FCC_FWD_WGMMA: return fcc_fwd_wgmma_run(p);
+    case FCC_FWD_MMA: return fcc_fwd_mma_run(p);
+    default: return fcc_fwd_generic_run(p);
     }
-    if (forced != FCC_KERNEL_GENERIC) {
-        const flashc_status st = fc_cuda_attn_fwd_tc(a);
-        if (st != FLASHC_ERR_UNSUPPORTED) return st;
-        fcc_clear_error();
-    }
-    return fcc_attn_fwd_generic(a);
 }
 
 flashc_status fcc_attn_bwd(const fc_attn *a) {
-    if (fcc_forced_kernel() != FCC_KERNEL_GENERIC) {
-        const flashc_status st = fc_cuda_attn_bwd_tc(a);
-        if (st != FLASHC_ERR_UNSUPPORTED) return st;
-        fcc_clear_error();
+    fcc_attn p;
+    FCC_TRY(fcc_attn_make(a, true, &p));
+    switch (fcc_plan_bwd(p, fc_knob_cuda_kernel())) {
+    case FCC_BWD_MMA: return fcc_bwd_mma_run(p);
+    default: return fcc_bwd_generic_run(p);
     }
-    return fcc_attn_bwd_generic(a);
 }

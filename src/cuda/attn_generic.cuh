@@ -16,7 +16,7 @@
 #ifndef FC_ATTN_GENERIC_CUH
 #define FC_ATTN_GENERIC_CUH
 
-#include "fc_cuda.cuh"
+#include "attn_params.cuh"
 
 /* DP: head dim padded up to 32, 64, 128 or 256. Tiles shrink with DP and
  * with fp64 so that the biggest kernel (dK/dV: K, V, Q, dO tiles plus P and
@@ -58,22 +58,33 @@ template <class A> __device__ __forceinline__ A fcc_row_sum16(A v) {
     return v;
 }
 
-/* Key columns a query block [i0, i0 + ni) must visit: the union of the
- * sink range [0, sink_end(last)) and the window [lo(first), hi(last)),
- * returned as two disjoint segments (the bounds are monotone in i). */
-struct fcc_segs {
-    int64_t s[2], e[2];
-};
-__device__ __forceinline__ fcc_segs fcc_key_segments(const fc_attn &a, int64_t i0, int64_t ni) {
-    int64_t se0, lo0, hi0, se1, lo1, hi1;
-    fcc_visible_range(a, i0, &se0, &lo0, &hi0);
-    fcc_visible_range(a, i0 + ni - 1, &se1, &lo1, &hi1);
-    fcc_segs g;
-    g.s[0] = 0;
-    g.e[0] = se1;
-    g.s[1] = lo0 > se1 ? lo0 : se1;
-    g.e[1] = hi1;
-    return g;
+/* The score pipeline (attn_score.h) in the generic kernels' unit (natural:
+ * exp, not exp2) and accumulation type A: fc_score_modf for fp32, fc_score_mod
+ * for fp64, tanhf / tanh (F32/F64 accuracy). For the kernels' modifier paths;
+ * the plain path keeps qk·scale. */
+template <class A> struct fcc_gen_mod_t;
+template <> struct fcc_gen_mod_t<float> { using type = fc_score_modf; };
+template <> struct fcc_gen_mod_t<double> { using type = fc_score_mod; };
+__device__ __forceinline__ void fcc_gen_mod_as(fc_score_mod m, fc_score_modf &out) { out = fc_score_modf_of(m); }
+__device__ __forceinline__ void fcc_gen_mod_as(fc_score_mod m, fc_score_mod &out) { out = m; }
+template <class A>
+__device__ __forceinline__ typename fcc_gen_mod_t<A>::type fcc_gen_mod(const fcc_attn &p, int64_t b, int64_t h) {
+    typename fcc_gen_mod_t<A>::type m;
+    fcc_gen_mod_as(fc_score_mod_make(&p.score, b, h, 1.0), m);
+    return m;
+}
+__device__ __forceinline__ float fcc_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double fcc_tanh(double x) { return tanh(x); }
+/* x (natural units) from qk = <q, k> and the ALiBi distance; dg = ∂x/∂(scale·qk). */
+__device__ __forceinline__ float fcc_gen_score(const fc_score_modf &m, float qk, float dist, float &dg) {
+    const float u = qk * m.qk_mul, t = m.cap != 0.0f ? fcc_tanh(u) : 0.0f;
+    dg = fc_score_dgradf(&m, t);
+    return fc_scoref(&m, u, t, dist);
+}
+__device__ __forceinline__ double fcc_gen_score(const fc_score_mod &m, double qk, double dist, double &dg) {
+    const double u = qk * m.qk_mul, t = m.cap != 0.0 ? fcc_tanh(u) : 0.0;
+    dg = fc_score_dgrad(&m, t);
+    return fc_score(&m, u, t, dist);
 }
 
 /* Round p to the storage type before P·V (F16/BF16, as FlashAttention). */

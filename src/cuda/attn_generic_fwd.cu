@@ -1,7 +1,7 @@
 /*
  * attn_generic_fwd.cu — generic (SIMT) attention forward, every dtype and
- * every semantic of flashc.h; the fallback for whatever the tensor-core
- * kernels decline.
+ * every semantic of flashc.h; the kernel the plan falls back to for
+ * whatever the tensor-core kernels do not support.
  *
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D] -> o [B, Sq, Hq, D], lse [B, Hq, Sq]
  *
@@ -10,17 +10,84 @@
  * memory; an online softmax keeps per-row max m and sum l in registers:
  *   m' = max(m, max_j x_ij),  l' = l·e^{m−m'} + Σ_j e^{x_ij−m'},
  *   O' = O·e^{m−m'} + Σ_j e^{x_ij−m'} v_j.
- * Masking is by loop bounds (fcc_key_segments) plus a per-element check
- * against fcc_visible_range, so windows cost O(window). F32 stays in fp32
- * (no TF32), F64 in fp64, F16/BF16 compute in fp32 with P rounded to the
- * storage type before P·V.
+ * Natural units throughout. x_ij is scale·<q_i, k_j> (plain path) or the
+ * score pipeline of attn_score.h (template MOD: softcap with tanhf / tanh,
+ * ALiBi), then −inf where key j is not visible (attn_mask.h). Masking is by
+ * loop bounds (fc_block_keysegs) plus the per-element test, so windows cost
+ * O(window); rows end with fc_row_finish(f). F32 stays in fp32 (no TF32),
+ * F64 in fp64, F16/BF16 compute in fp32 with P rounded to the storage type
+ * before P·V.
  */
 #include "attn_generic.cuh"
 
 #include <limits.h>
 
-template <class T, int DP>
-__global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int64_t nqb) {
+/* The row finish (attn_softmax.h) in the accumulation type. */
+__device__ __forceinline__ void fcc_row_finish(float M, float l, bool has_sink, float s, float &f, float &L) {
+    fc_row_finishf(M, l, has_sink, s, &f, &L);
+}
+__device__ __forceinline__ void fcc_row_finish(double M, double l, bool has_sink, double s, double &f, double &L) {
+    fc_row_finish(M, l, has_sink, s, &f, &L);
+}
+
+/* The logits of this thread's RM × RN scores of the key tile [j0, j0 + nj)
+ * from raw dots s (in place): x = scale·s (plain) or the score pipeline
+ * (MOD), −inf where the key is not visible (FC_KEY_VISIBLE) or past nj. */
+template <bool MOD, class A, class M, int RM, int RN>
+__device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p, const M &mod, int64_t i0, int ty,
+                                               int tx, int64_t j0, int nj, const int64_t (&se)[RM],
+                                               const int64_t (&lo)[RM], const int64_t (&hi)[RM]) {
+    const A scale = (A)p.a.scale;
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+#pragma unroll
+        for (int c = 0; c < RN; ++c) {
+            const int jc = tx + 16 * c;
+            const int64_t i = i0 + ty + 16 * r, j = j0 + jc;
+            A x;
+            if (MOD) {
+                A dg; /* the backward's factor, unused here */
+                x = fcc_gen_score(mod, s[r][c], (A)fc_alibi_dist(&p.score, i, j), dg);
+            } else {
+                x = s[r][c] * scale;
+            }
+            s[r][c] = jc < nj && FC_KEY_VISIBLE(se[r], lo[r], hi[r], j) ? x : fcc_neg_inf<A>();
+        }
+}
+
+/* Online-softmax update of row r (the 16 lanes sharing ty) over the tile's
+ * logits x[RN]: m, l and the output row o[CD] rescaled, P = e^{x − m}
+ * (rounded to T) written to the P tile row prow. */
+template <class T, class A, int RN, int CD>
+__device__ __forceinline__ void fcc_fwd_softmax_row(const A (&x)[RN], A &m, A &l, A (&o)[CD], A *prow, int tx) {
+    const A NEG_INF = fcc_neg_inf<A>();
+    A mt = NEG_INF;
+#pragma unroll
+    for (int c = 0; c < RN; ++c) mt = fmax(mt, x[c]);
+    mt = fcc_row_max16(mt);
+    const A mn = fmax(m, mt);
+    A alpha = A(1), rs = A(0);
+    if (mn != NEG_INF) {
+        alpha = fcc_exp(m - mn); /* 0 when m was −inf */
+#pragma unroll
+        for (int c = 0; c < RN; ++c) {
+            const A pe = fcc_exp(x[c] - mn); /* 0 for masked (−inf) */
+            rs += pe;
+            prow[tx + 16 * c] = fcc_round_to<T>(pe);
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < RN; ++c) prow[tx + 16 * c] = A(0);
+    }
+    rs = fcc_row_sum16(rs);
+    l = l * alpha + rs;
+    m = mn;
+#pragma unroll
+    for (int c = 0; c < CD; ++c) o[c] *= alpha;
+}
+
+template <class T, int DP, bool MOD>
+__global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant__ fcc_attn p, int64_t nqb) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
     constexpr int BM = C::BM, BN = C::BN, RM = C::RM, RN = C::RN, CD = C::CD, LD = C::LD,
@@ -31,6 +98,7 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int6
     A *Vs = Ks + BN * LD;                         /* [BN][LD] */
     A *Ps = Vs + BN * LD;                         /* [BM][LP] */
 
+    const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     int64_t bid = blockIdx.x;
     const int64_t qb = nqb - 1 - bid % nqb; /* heaviest (causal) blocks first */
@@ -40,34 +108,35 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int6
     const int64_t i0 = qb * BM;
     const int ni = (int)min((int64_t)BM, a.Sq - i0);
     const int D = (int)a.D;
+    const auto mod = MOD ? fcc_gen_mod<A>(p, b, h) : typename fcc_gen_mod_t<A>::type{};
 
     const T *qp = (const T *)a.q + b * a.sq[0] + i0 * a.sq[1] + h * a.sq[2];
     const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2];
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
     fcc_load_tile<T, DP, BM>(Qs, qp, a.sq[1], a.sq[3], ni, D);
 
+    /* This thread's rows ty + 16·r: their visible key ranges. */
     int64_t se[RM], lo[RM], hi[RM];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
-        const int ir = ty + 16 * r;
-        if (ir < ni) fcc_visible_range(a, i0 + ir, &se[r], &lo[r], &hi[r]);
-        else se[r] = lo[r] = hi[r] = 0;
+        se[r] = lo[r] = hi[r] = 0;
+        if (ty + 16 * r < ni) fc_visible_keys(&p.mask, i0 + ty + 16 * r, &se[r], &lo[r], &hi[r]);
     }
-    const A NEG_INF = fcc_neg_inf<A>();
-    const A scale = (A)a.scale;
     A m[RM], l[RM], o[RM][CD];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
-        m[r] = NEG_INF;
+        m[r] = fcc_neg_inf<A>();
         l[r] = A(0);
 #pragma unroll
         for (int c = 0; c < CD; ++c) o[r][c] = A(0);
     }
 
-    const fcc_segs g = fcc_key_segments(a, i0, ni);
-    for (int sg = 0; sg < 2; ++sg) {
-        for (int64_t j0 = g.s[sg]; j0 < g.e[sg]; j0 += BN) {
-            const int nj = (int)min((int64_t)BN, g.e[sg] - j0);
+    /* The keys some row of the block may see: ≤ 2 key segments. */
+    fc_keysegs ks;
+    fc_block_keysegs(&p.mask, i0, i0 + ni - 1, &ks);
+    for (int sg = 0; sg < ks.n; ++sg) {
+        for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += BN) {
+            const int nj = (int)min((int64_t)BN, ks.s1[sg] - j0);
             __syncthreads(); /* previous tile's K/V/P reads are done */
             fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
             fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
@@ -92,39 +161,9 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int6
                     for (int c = 0; c < RN; ++c) s[r][c] = fma(qv[r], kv[c], s[r][c]);
             }
 
-            /* mask, online-softmax update, P to shared memory */
+            fcc_fwd_logits<MOD>(s, p, mod, i0, ty, tx, j0, nj, se, lo, hi);
 #pragma unroll
-            for (int r = 0; r < RM; ++r) {
-                A mt = NEG_INF;
-#pragma unroll
-                for (int c = 0; c < RN; ++c) {
-                    const int jc = tx + 16 * c;
-                    const int64_t j = j0 + jc;
-                    const bool vis = jc < nj && (j < se[r] || (j >= lo[r] && j < hi[r]));
-                    s[r][c] = vis ? s[r][c] * scale : NEG_INF;
-                    mt = fmax(mt, s[r][c]);
-                }
-                mt = fcc_row_max16(mt);
-                const A mn = fmax(m[r], mt);
-                A alpha = A(1), rs = A(0);
-                if (mn != NEG_INF) {
-                    alpha = fcc_exp(m[r] - mn); /* 0 when m was −inf */
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) {
-                        const A p = fcc_exp(s[r][c] - mn); /* 0 for masked (−inf) */
-                        rs += p;
-                        Ps[(ty + 16 * r) * LP + tx + 16 * c] = fcc_round_to<T>(p);
-                    }
-                } else {
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) Ps[(ty + 16 * r) * LP + tx + 16 * c] = A(0);
-                }
-                rs = fcc_row_sum16(rs);
-                l[r] = l[r] * alpha + rs;
-                m[r] = mn;
-#pragma unroll
-                for (int c = 0; c < CD; ++c) o[r][c] *= alpha;
-            }
+            for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
             __syncthreads();
 
             /* O += P V */
@@ -142,58 +181,48 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const fc_attn a, int6
         }
     }
 
-    /* Finalise: fold in the sink logit (one more denominator term with no
-     * value), then O = acc / l and L = m + log l; empty rows give O = 0 and
-     * L = −inf (L = s_h with a sink logit). */
+    /* Finish (fc_row_finish(f): sink logit, empty rows → O = 0, L = −inf or s_h). */
     const bool has_sink = a.sink_logits != nullptr;
-    const A sink = has_sink ? ((const A *)a.sink_logits)[h] : NEG_INF;
+    const A sink = (A)fc_attn_sink(&a, h);
     T *op = (T *)a.o + b * a.so[0] + h * a.so[2];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
         const int ir = ty + 16 * r;
-        A mm = m[r], ll = l[r], rescale = A(1);
-        if (has_sink && sink != NEG_INF) {
-            /* acc and l are relative to e^{m}; the sink may raise the max
-             * to M, so both are rescaled by e^{m−M} (0 when m = −inf). */
-            const A M = fmax(mm, sink);
-            rescale = fcc_exp(mm - M);
-            ll = ll * rescale + fcc_exp(sink - M);
-            mm = M;
-        }
-        const A inv = ll > A(0) ? rescale / ll : A(0);
-        const A L = ll > A(0) ? mm + fcc_log(ll) : NEG_INF;
-        if (ir < ni) {
-            const int64_t i = i0 + ir;
+        if (ir >= ni) continue;
+        A f, L;
+        fcc_row_finish(m[r], l[r], has_sink, sink, f, L);
+        const int64_t i = i0 + ir;
 #pragma unroll
-            for (int c = 0; c < CD; ++c) {
-                const int d = tx + 16 * c;
-                if (d < D) op[i * a.so[1] + d * a.so[3]] = fcc_type<T>::from(o[r][c] * inv);
-            }
-            if (a.lse && tx == 0)
-                ((A *)a.lse)[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]] = L;
+        for (int c = 0; c < CD; ++c) {
+            const int d = tx + 16 * c;
+            if (d < D) op[i * a.so[1] + d * a.so[3]] = fcc_type<T>::from(o[r][c] * f);
         }
+        if (a.lse && tx == 0) ((A *)a.lse)[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]] = L;
     }
 }
 
-template <class T, int DP> static flashc_status fcc_launch_fwd(const fc_attn *a) {
+template <class T, int DP, bool MOD> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
     const size_t smem = (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A);
-    auto kern = fcc_attn_fwd_kernel<T, DP>;
+    auto kern = fcc_attn_fwd_kernel<T, DP, MOD>;
     FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_fwd_generic"));
-    const int64_t nqb = (a->Sq + C::BM - 1) / C::BM;
-    const int64_t blocks = nqb * a->Hq * a->B;
+    const int64_t nqb = (p.a.Sq + C::BM - 1) / C::BM;
+    const int64_t blocks = nqb * p.a.Hq * p.a.B;
     if (blocks > INT_MAX)
         return fcc_error(FLASHC_ERR_UNSUPPORTED,
                          "attn_fwd_generic: %lld blocks (B·Hq·⌈Sq/%d⌉) exceed the grid limit",
                          (long long)blocks, C::BM);
-    kern<<<(unsigned)blocks, C::THREADS, smem, fcc_stream(a->stream)>>>(*a, nqb);
+    kern<<<(unsigned)blocks, C::THREADS, smem, fcc_stream(p.a.stream)>>>(p, nqb);
     FCC_CHECK_LAUNCH("fcc_attn_fwd_kernel");
     return FLASHC_OK;
 }
 
-flashc_status fcc_attn_fwd_generic(const fc_attn *a) {
-    if (a->Sq == 0 || a->B == 0 || a->Hq == 0) return FLASHC_OK;
-    FCC_DISPATCH_DTYPE(a->dtype, FCC_DISPATCH_DP(a->D, return fcc_launch_fwd<T, DP>(a)));
+flashc_status fcc_fwd_generic_run(const fcc_attn &p) {
+    const fc_attn &a = p.a;
+    if (a.Sq == 0 || a.B == 0 || a.Hq == 0) return FLASHC_OK;
+    /* The plain path scales before the max, so any sign of scale is fine there. */
+    FCC_DISPATCH_DTYPE(a.dtype, FCC_DISPATCH_DP(a.D, return p.plain_score ? fcc_launch_fwd<T, DP, false>(p)
+                                                                         : fcc_launch_fwd<T, DP, true>(p)));
     return FLASHC_OK;
 }

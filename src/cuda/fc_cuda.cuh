@@ -1,8 +1,7 @@
 /*
  * fc_cuda.cuh — shared by every file of the CUDA module (libflashc_cuda.so):
  * the module's own thread-local error message, CUDA call checking, dtype
- * traits (storage type -> accumulation type) and the device mirror of
- * fc_visible_range.
+ * traits (storage type -> accumulation type).
  *
  * The module never aborts or prints: every CUDA call goes through FCC_CHECK,
  * which turns a failure into FLASHC_ERR_CUDA (FLASHC_ERR_OUT_OF_MEMORY for
@@ -102,22 +101,12 @@ template <> __device__ __forceinline__ double fcc_neg_inf<double>() { return -__
     default: return fcc_error(FLASHC_ERR_DTYPE, "CUDA module: unknown dtype %d", (int)(dtype)); \
     }
 
-/* ------------------------------------------------------- visibility */
-/* fc_visible_range (flashc_internal.h) taking the problem by reference. */
-__host__ __device__ __forceinline__ void fcc_visible_range(const fc_attn &a, int64_t i,
-                                                           int64_t *sink_end, int64_t *lo,
-                                                           int64_t *hi) {
-    fc_visible_range(&a, i, sink_end, lo, hi);
-}
-
 static inline cudaStream_t fcc_stream(void *s) { return (cudaStream_t)s; }
 
 /* Attention entries (attn_dispatch.cu): tensor-core kernels first, then the
  * generic (SIMT) kernels (attn_generic_*.cu), the fallback for every case. */
 flashc_status fcc_attn_fwd(const fc_attn *a);
 flashc_status fcc_attn_bwd(const fc_attn *a);
-flashc_status fcc_attn_fwd_generic(const fc_attn *a);
-flashc_status fcc_attn_bwd_generic(const fc_attn *a);
 flashc_status fcc_weighted_sum(const fc_wsum *p);
 flashc_status fcc_weighted_sum_bwd(const fc_wsum *p);
 

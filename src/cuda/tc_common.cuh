@@ -99,6 +99,25 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
+/* tanh for the softcap of the F16/BF16 kernels (sm_75+; max relative error
+ * about 2^-11, below the F16/BF16 rounding of P and dS). */
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The modified logit in log2 units (attn_score.h) from the raw dot product
+ * qk = <q, k> and the ALiBi distance, for the kernels' modifier paths (the
+ * plain path keeps its one FFMA by sl2e). m = fcc_score_mod_l2(p, b, h).
+ * dg = ∂x/∂(scale·qk) (1 − tanh², or 1), for the backward's dS. */
+__device__ __forceinline__ float score_l2(const fc_score_modf &m, float qk, float dist, float &dg) {
+    const float u = qk * m.qk_mul;
+    const float t = m.cap != 0.0f ? tanh_approx(u) : 0.0f;
+    dg = fc_score_dgradf(&m, t);
+    return fc_scoref(&m, u, t, dist);
+}
+
 } // namespace fctc
 
 #endif /* FLASHC_TC_COMMON_CUH */

@@ -1,17 +1,21 @@
 /*
- * test_attn_tc.cu — stand-alone harness of the tensor-core attention forward
+ * test_attn_tc.cu — stand-alone harness of the mma.sync attention forward
  * (src/cuda/attn_fwd_tc.cu), for use before/alongside the full module and
- * the pytest suite. Not built by CMake. Build (from the repo root):
+ * the pytest suite. Not built by CMake. The parameter struct comes from the
+ * module's own fcc_attn_make (attn_dispatch.cu); the other kernels'
+ * entries are stubbed below. Build (from the repo root):
  *
  *   nvcc -O3 -std=c++17 -DFC_TC_EXPERIMENTS -gencode arch=compute_90,code=sm_90 \
  *        -Iinclude -Isrc -Isrc/cuda tests/cuda_harness/test_attn_tc.cu \
- *        src/cuda/attn_fwd_tc.cu -o test_attn_tc
+ *        src/cuda/attn_fwd_tc.cu src/cuda/attn_dispatch.cu -o test_attn_tc
  *   ./test_attn_tc check      # sweep vs a float64 CPU reference
  *   ./test_attn_tc perf       # TFLOP/s on the standard shapes (PERF.md)
  *
  * check: fresh random inputs per case; outputs (and the gaps between strided
  * rows) poisoned with NaN first; every logical element must be written and
  * finite, every gap left untouched; O by relative L2 error, L by abs error.
+ * The float64 reference writes the score pipeline of flashc.h out itself
+ * (scale, softcap, ALiBi), independently of src/common/attn_score.h.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,8 +32,7 @@
 #include <vector>
 
 #include "flashc_internal.h"
-#include "fc_cuda.cuh"
-#include "attn_tc.h"
+#include "attn_params.cuh"
 
 /* -------- the module's error helpers (module.cu), minimal copies here -------- */
 static thread_local char g_msg[1024];
@@ -48,7 +51,25 @@ flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
     FCC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return FLASHC_OK;
 }
-namespace fctc { flashc_status fc_tc_fwd_variant(const fc_attn *a, int v); }
+namespace fctc { flashc_status fc_tc_fwd_variant(const fcc_attn &p, int v); }
+
+/* attn_dispatch.cu's references to the other kernels (not linked here). */
+bool fcc_fwd_wgmma_supports(const fcc_attn &) { return false; }
+bool fcc_bwd_mma_supports(const fcc_attn &) { return false; }
+flashc_status fcc_fwd_wgmma_run(const fcc_attn &) { return FLASHC_ERR_UNSUPPORTED; }
+flashc_status fcc_fwd_generic_run(const fcc_attn &) { return FLASHC_ERR_UNSUPPORTED; }
+flashc_status fcc_bwd_mma_run(const fcc_attn &) { return FLASHC_ERR_UNSUPPORTED; }
+flashc_status fcc_bwd_generic_run(const fcc_attn &) { return FLASHC_ERR_UNSUPPORTED; }
+
+/* The mma.sync forward on a (variant < 0: the module's tile shapes). */
+static flashc_status tc_fwd(const fc_attn &a, int variant) {
+    if (a.Sq == 0) return FLASHC_OK;
+    fcc_attn p;
+    const flashc_status st = fcc_attn_make(&a, false, &p);
+    if (st != FLASHC_OK) return st;
+    if (!fcc_fwd_mma_supports(p)) return fcc_error(FLASHC_ERR_UNSUPPORTED, "mma.sync forward: case not supported");
+    return variant < 0 ? fcc_fwd_mma_run(p) : fctc::fc_tc_fwd_variant(p, variant);
+}
 
 #define CK(x)                                                                       \
     do {                                                                            \
@@ -83,6 +104,9 @@ struct Case {
     int layout; /* 0 BSHD, 1 BHSD, 2 padded head pitch, 3 odd pitch (no 16B path), 4 K/V batch-broadcast */
     float amp;
     const char *name;
+    float softcap = 0.f; /* 0 = off */
+    int alibi = 0;       /* 0 off, 1 slopes [Hq], 2 slopes [B, Hq] */
+    int negscale = 0;    /* softmax scale −1/√D */
 };
 
 /* A strided 4-D tensor [B, S, H, D] on host and device. */
@@ -130,16 +154,23 @@ static bool run_case(const Case &c, int variant, double *err_o, double *err_l) {
     std::vector<float> lse(nl, NAN);
     std::vector<float> sinks(c.Hq);
     for (auto &s : sinks) s = std::uniform_real_distribution<float>(-2.f, 3.f)(rng);
+    /* ALiBi slopes, [B, Hq] (stride 0 on b for [Hq]); sink logits strided by 2. */
+    std::vector<float> slopes(c.B * c.Hq);
+    for (auto &s : slopes) s = std::uniform_real_distribution<float>(0.f, 0.5f)(rng);
+    std::vector<float> sinks2(2 * c.Hq);
+    for (int64_t h = 0; h < c.Hq; ++h) sinks2[2 * h] = sinks[h];
 
     for (T4 *t : {&q, &k, &v, &o}) {
         CK(cudaMalloc(&t->d, t->n * 2 + 16));
         CK(cudaMemcpy(t->d, t->h.data(), t->n * 2, cudaMemcpyHostToDevice));
     }
-    float *dl, *ds;
+    float *dl, *ds, *dal;
     CK(cudaMalloc(&dl, nl * 4));
-    CK(cudaMalloc(&ds, c.Hq * 4));
+    CK(cudaMalloc(&ds, 2 * c.Hq * 4));
+    CK(cudaMalloc(&dal, c.B * c.Hq * 4));
     CK(cudaMemcpy(dl, lse.data(), nl * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(ds, sinks.data(), c.Hq * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, sinks2.data(), 2 * c.Hq * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dal, slopes.data(), c.B * c.Hq * 4, cudaMemcpyHostToDevice));
 
     fc_attn a;
     memset(&a, 0, sizeof a);
@@ -148,13 +179,19 @@ static bool run_case(const Case &c, int variant, double *err_o, double *err_l) {
     a.q = q.d; a.k = k.d; a.v = v.d; a.o = o.d; a.lse = dl;
     memcpy(a.sq, q.str, 32); memcpy(a.sk, k.str, 32); memcpy(a.sv, v.str, 32); memcpy(a.so, o.str, 32);
     memcpy(a.slse, sl, 24);
-    a.scale = 1.0 / sqrt((double)c.D);
+    a.scale = (c.negscale ? -1.0 : 1.0) / sqrt((double)c.D);
     a.wl = c.wl;
     a.wr = c.causal ? 0 : c.wr;
     a.n_sink = c.nsink;
     a.sink_logits = c.sinklog ? ds : nullptr;
+    a.ssink = 2;
+    a.softcap = c.softcap;
+    a.alibi = c.alibi ? dal : nullptr;
+    a.salibi[0] = c.alibi == 2 ? c.Hq : 0;
+    a.salibi[1] = 1;
     a.deterministic = 1;
-    flashc_status st = variant < 0 ? fc_cuda_attn_fwd_tc(&a) : fctc::fc_tc_fwd_variant(&a, variant);
+    const fc_mask mask = fc_attn_mask(&a);
+    flashc_status st = tc_fwd(a, variant);
     if (st != FLASHC_OK) {
         printf("  status %d: %s\n", (int)st, g_msg);
         return false;
@@ -174,16 +211,19 @@ static bool run_case(const Case &c, int variant, double *err_o, double *err_l) {
         for (int64_t h = 0; h < c.Hq; ++h) {
             const int64_t hk = h / (c.Hq / c.Hkv);
             for (int64_t i = 0; i < c.Sq; ++i) {
-                int64_t se, lo, hi;
-                fc_visible_range(&a, i, &se, &lo, &hi);
                 double m = -INFINITY;
-                auto vis = [&](int64_t j) { return j < se || (j >= lo && j < hi); };
+                auto vis = [&](int64_t j) { return fc_visible(&mask, i, j) != 0; };
+                const double slope = c.alibi == 2 ? slopes[b * c.Hq + h] : c.alibi == 1 ? slopes[h] : 0.0;
                 for (int64_t j = 0; j < c.Sk; ++j) {
                     if (!vis(j)) continue;
                     double s = 0;
                     for (int64_t d = 0; d < c.D; ++d)
                         s += (double)h2f(dt, q.h[off(q, b, i, h, d)]) * h2f(dt, k.h[off(k, b, j, hk, d)]);
-                    x[j] = s * a.scale;
+                    /* flashc.h, "Scores": scale, softcap, ALiBi (bottom-right aligned). */
+                    s *= a.scale;
+                    if (c.softcap > 0) s = c.softcap * tanh(s / c.softcap);
+                    s -= slope * fabs((double)(i + c.Sk - c.Sq - j));
+                    x[j] = s;
                     m = std::max(m, x[j]);
                 }
                 const double sk = c.sinklog ? sinks[h] : -INFINITY;
@@ -232,6 +272,7 @@ static bool run_case(const Case &c, int variant, double *err_o, double *err_l) {
     for (T4 *t : {&q, &k, &v, &o}) cudaFree(t->d);
     cudaFree(dl);
     cudaFree(ds);
+    cudaFree(dal);
     return ok;
 }
 
@@ -261,6 +302,14 @@ static int check(int variant) {
         cs.push_back({dt, 64, 16, 16, 1100, 1100, 32, 0, -1, -1, 0, 0, 0, 1.f, "B*H = 70400 blocks"});
         cs.push_back({dt, 3, 129, 257, 8, 2, 160, 1, 40, -1, 2, 1, 4, 1.f, "D=160 bcast K/V causal SWA"});
         cs.push_back({dt, 2, 65, 65, 2, 2, 224, 0, -1, -1, 0, 0, 2, 1.f, "D=224 padded"});
+        /* score modifiers (the MOD instantiations) */
+        for (int64_t D : {40, 64, 128, 256}) {
+            cs.push_back({dt, 2, 150, 150, 4, 2, D, 1, -1, -1, 0, 0, 0, 3.f, "causal softcap 5", 5.f});
+            cs.push_back({dt, 2, 77, 131, 4, 2, D, 0, -1, -1, 0, 1, 1, 1.f, "ALiBi [Hq] Sq<Sk sinklog", 0.f, 1});
+            cs.push_back({dt, 2, 200, 70, 3, 3, D, 1, -1, -1, 0, 0, 3, 2.f, "causal Sq>Sk softcap+ALiBi [B,Hq]", 8.f, 2});
+            cs.push_back({dt, 1, 300, 300, 2, 2, D, 0, 16, 8, 4, 1, 4, 2.f, "window+sinks+sinklog softcap+ALiBi", 3.f, 2});
+            cs.push_back({dt, 1, 129, 257, 2, 1, D, 0, -1, -1, 0, 0, 0, 1.f, "negative scale (modifier path)", 0.f, 0, 1});
+        }
     }
     int fails = 0;
     for (const Case &c : cs) {
@@ -284,14 +333,14 @@ static double time_fwd(fc_attn &a, int variant, int reps) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int i = 0; i < 3; ++i)
-        if ((variant < 0 ? fc_cuda_attn_fwd_tc(&a) : fctc::fc_tc_fwd_variant(&a, variant)) != FLASHC_OK) {
+        if (tc_fwd(a, variant) != FLASHC_OK) {
             printf("launch failed: %s\n", g_msg);
             return NAN;
         }
     std::vector<float> ts;
     for (int r = 0; r < reps; ++r) {
         CK(cudaEventRecord(e0));
-        variant < 0 ? fc_cuda_attn_fwd_tc(&a) : fctc::fc_tc_fwd_variant(&a, variant);
+        tc_fwd(a, variant);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms;
@@ -315,6 +364,13 @@ static void perf(const char *json) {
     const size_t n = (size_t)tokens * width;
     CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2)); CK(cudaMalloc(&o, n * 2));
     CK(cudaMalloc(&l, tokens * (width / 64) * 4));
+    float *slopes; /* ALiBi slopes [H] (H ≤ width / 32) */
+    CK(cudaMalloc(&slopes, (width / 32) * 4));
+    {
+        std::vector<float> hs(width / 32);
+        for (size_t i = 0; i < hs.size(); ++i) hs[i] = exp2f(-8.f * (float)(i + 1) / (float)hs.size());
+        CK(cudaMemcpy(slopes, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+    }
     {
         std::vector<uint16_t> hbuf(n);
         std::uniform_real_distribution<float> U(-1.f, 1.f);
@@ -323,7 +379,7 @@ static void perf(const char *json) {
             CK(cudaMemcpy(p, hbuf.data(), n * 2, cudaMemcpyHostToDevice));
         }
     }
-    auto one = [&](int dt, int64_t S, int64_t D, int causal, int variant) {
+    auto one = [&](int dt, int64_t S, int64_t D, int causal, int variant, float softcap = 0.f, int alibi = 0) {
         const int64_t B = tokens / S, H = width / D;
         fc_attn a;
         memset(&a, 0, sizeof a);
@@ -334,14 +390,17 @@ static void perf(const char *json) {
         a.slse[0] = H * S; a.slse[1] = S; a.slse[2] = 1;
         a.scale = 1.0 / sqrt((double)D);
         a.wl = -1; a.wr = causal ? 0 : -1;
+        a.softcap = softcap;
+        a.alibi = alibi ? slopes : nullptr;
+        a.salibi[0] = 0; a.salibi[1] = 1;
         const double ms = time_fwd(a, variant, 30);
         const double fl = 4.0 * B * H * S * S * D / (causal ? 2 : 1);
         const double tf = fl / (ms * 1e-3) / 1e12;
-        printf("fwd %-4s S=%5lld D=%3lld causal=%d variant=%2d : %8.3f ms %7.1f TFLOP/s\n",
-               dt == FLASHC_BF16 ? "bf16" : "f16", (long long)S, (long long)D, causal, variant, ms, tf);
+        printf("fwd %-4s S=%5lld D=%3lld causal=%d variant=%2d softcap=%g alibi=%d : %8.3f ms %7.1f TFLOP/s\n",
+               dt == FLASHC_BF16 ? "bf16" : "f16", (long long)S, (long long)D, causal, variant, softcap, alibi, ms, tf);
         if (jf) {
-            fprintf(jf, "%s{\"op\":\"fwd\",\"dtype\":\"%s\",\"S\":%lld,\"D\":%lld,\"causal\":%d,\"variant\":%d,\"ms\":%.5f,\"tflops\":%.2f}",
-                    first ? "" : ",\n", dt == FLASHC_BF16 ? "bf16" : "f16", (long long)S, (long long)D, causal, variant, ms, tf);
+            fprintf(jf, "%s{\"op\":\"fwd\",\"dtype\":\"%s\",\"S\":%lld,\"D\":%lld,\"causal\":%d,\"variant\":%d,\"softcap\":%g,\"alibi\":%d,\"ms\":%.5f,\"tflops\":%.2f}",
+                    first ? "" : ",\n", dt == FLASHC_BF16 ? "bf16" : "f16", (long long)S, (long long)D, causal, variant, softcap, alibi, ms, tf);
             first = false;
         }
     };
@@ -359,8 +418,15 @@ static void perf(const char *json) {
                 }
     one(FLASHC_BF16, 4096, 256, 0, -1);
     one(FLASHC_BF16, 4096, 256, 1, -1);
+    /* score modifiers next to the plain rows above (target: softcap ≤ 10 % slower) */
+    for (int D : {64, 128})
+        for (int c : {0, 1}) {
+            one(FLASHC_BF16, 4096, D, c, -1, 30.f, 0);
+            one(FLASHC_BF16, 4096, D, c, -1, 0.f, 1);
+            one(FLASHC_BF16, 4096, D, c, -1, 30.f, 1);
+        }
     if (jf) { fprintf(jf, "\n]\n"); fclose(jf); }
-    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(l);
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(l); cudaFree(slopes);
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,209 @@
+/*
+ * attn_fwd_tile.cuh — the tile steps of the tensor-core forward kernels,
+ * attn_fwd_tc.cu (mma.sync) and attn_fwd_wgmma.cu (wgmma), on the score
+ * fragment both share: one warp's 16 query rows × NJ n8 column tiles, the
+ * thread (g = lane / 4, t = lane % 4) holding s[j][e] at row g + 8·(e / 2),
+ * column 8j + 2t + (e % 2) (the mma.sync C layout, tc_common.cuh; a wgmma
+ * m64nN accumulator is the same per warp, attn_fwd_wgmma.cuh).
+ *
+ * Per key tile a kernel composes
+ *   S = Q·Kᵀ → tile_score (modifier path only) → tile_mask (partial tiles)
+ *   → tile_softmax (online update, P in place) → O·α + P·V
+ * and ends each row with row_finish. The attention definition itself comes
+ * from the seam (src/common/): visibility (attn_mask.h), the score step
+ * (attn_score.h), the row finish (attn_softmax.h).
+ *
+ * Two score paths, chosen once per launch by a template bool (MOD):
+ *   plain (no softcap, no ALiBi, scale > 0): the fragment holds raw dots; the
+ *     row max is taken on them and scale·log2 e is folded into the exp2 FFMA
+ *     (mul = sl2e), the maximum scaled by `scale` at the end;
+ *   modifier: tile_score turns raw dots into log2-unit logits s
+ *     (fcc_score_mod_l2); max and exp2 work on s (mul = 1), the maximum is
+ *     scaled by ln 2 at the end. Valid for any sign of scale.
+ */
+#ifndef FLASHC_ATTN_FWD_TILE_CUH
+#define FLASHC_ATTN_FWD_TILE_CUH
+
+#include "attn_params.cuh"
+#include "tc_common.cuh"
+
+namespace fctc {
+
+/* The key tiles of BN keys that query rows [ia, ib] visit (fc_block_keysegs,
+ * at most two segments): tiles [first, a1) then [b0, b1), a1 ≤ b0 ≤ b1,
+ * in increasing order and never one tile twice. Walk them as
+ *   for (int t = kt.first; t < kt.b1; t = kt.next(t))
+ * (four live integers, as few as the loop needs). */
+struct KeyTiles {
+    int first, a1, b0, b1;
+    __device__ __forceinline__ int next(int t) const { return t + 1 == a1 ? b0 : t + 1; }
+};
+template <int BN> __device__ __forceinline__ KeyTiles key_tiles(const fc_mask &m, int ia, int ib) {
+    fc_keysegs ks;
+    fc_block_keysegs(&m, ia, ib, &ks);
+    KeyTiles t = {0, 0, 0, 0};
+    if (ks.n > 0) {
+        t.first = (int)ks.s0[0] / BN;
+        t.a1 = t.b0 = t.b1 = ((int)ks.s1[0] + BN - 1) / BN;
+        if (ks.n > 1) {
+            t.b0 = max((int)ks.s0[1] / BN, t.a1); /* a tile shared by both segments is the first's */
+            t.b1 = max(((int)ks.s1[1] + BN - 1) / BN, t.b0);
+        }
+    }
+    return t;
+}
+
+/* The visible key ranges [0, se) ∪ [lo, hi) of one query row
+ * (fc_visible_keys_int), clamped to the last row: padding rows are never
+ * stored, clamping keeps their ranges valid. */
+struct Vis {
+    int se, lo, hi;
+};
+__device__ __forceinline__ Vis vis_of(const fc_mask &m, int row, int Sq) {
+    Vis v;
+    fc_visible_keys_int(&m, min(row, Sq - 1), &v.se, &v.lo, &v.hi);
+    return v;
+}
+/* ... of a thread's two fragment rows, row0 and row0 + 8. */
+struct RowVis {
+    Vis r[2];
+};
+__device__ __forceinline__ RowVis row_vis(const fc_mask &m, int row0, int Sq) {
+    return RowVis{{vis_of(m, row0, Sq), vis_of(m, row0 + 8, Sq)}};
+}
+
+/* Does every row of a block (first row a, last row b) see every key of
+ * [n0, n0 + BN) (fc_tile_full)? Keys past Sk are never visible. */
+template <int BN> __device__ __forceinline__ bool tile_full(const Vis &a, const Vis &b, int n0, int Sk) {
+    return n0 + BN <= Sk && fc_tile_full(a.se, b.lo, a.hi, n0, n0 + BN);
+}
+
+/* −inf on the elements whose key is not visible to their row (FC_KEY_VISIBLE);
+ * c0 = n0 + 2t, the absolute column of s[0][0]. */
+template <int NJ> __device__ __forceinline__ void tile_mask(float (&s)[NJ][4], const RowVis &v, int c0) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const Vis &r = v.r[e >> 1];
+            const int col = c0 + 8 * j + (e & 1);
+            if (!FC_KEY_VISIBLE(r.se, r.lo, r.hi, col)) s[j][e] = -INFINITY;
+        }
+}
+
+/* The score step (fc_scoref, log2 units) on raw dots, with the modifiers
+ * CAP / ALIBI compiled in or out: u = dot·qk_mul, t = tanh(u) (hardware
+ * tanh.approx: F16/BF16 inputs, P rounded to 8–11 bits), dist = i + Sk − Sq − j.
+ * dist0[hf] = the distance of s[0][0]'s column for row hf, as float: exact
+ * while |dist| < 2^24, the rest a compile-time offset per element. */
+template <bool CAP, bool ALIBI, int NJ>
+__device__ __forceinline__ void tile_score_as(float (&s)[NJ][4], fc_score_modf mod, const float (&dist0)[2]) {
+    if (!CAP) mod.cap = 0.f;     /* fc_scoref's cap test folds away */
+    if (!ALIBI) mod.slope = 0.f; /* with dist = 0: the bias folds away */
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float u = s[j][e] * mod.qk_mul;
+            const float t = CAP ? tanh_approx(u) : 0.f;
+            /* |dist| (fc_scoref takes either sign): the abs is a free operand modifier. */
+            const float dist = ALIBI ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
+            s[j][e] = fc_scoref(&mod, u, t, dist);
+        }
+}
+/* The instantiation of this problem's modifiers (a uniform branch per tile). */
+template <int NJ>
+__device__ __forceinline__ void tile_score(float (&s)[NJ][4], const fc_score_modf &mod, const float (&dist0)[2]) {
+    if (mod.cap != 0.f) {
+        if (mod.slope != 0.f) tile_score_as<true, true>(s, mod, dist0);
+        else tile_score_as<true, false>(s, mod, dist0);
+    } else {
+        if (mod.slope != 0.f) tile_score_as<false, true>(s, mod, dist0);
+        else tile_score_as<false, false>(s, mod, dist0);
+    }
+}
+/* dist0 of tile_score for rows row0, row0 + 8 at column c0 (fc_alibi_dist). */
+__device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, float (&dist0)[2]) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) dist0[hf] = (float)(int)fc_alibi_dist(&p.score, row0 + 8 * hf, c0);
+}
+
+/* Online softmax over one key tile, exp2 domain, for the fragment's rows:
+ * x = s·mul (mul = scale·log2 e on raw dots, 1 on log2-unit logits);
+ * m ← max(m, max_j s) (kept in s's units), s ← p = 2^(x − m·mul) in place,
+ * l ← l·α + Σ p (this thread's columns only; row_finish sums the quad);
+ * returns α = 2^((m_old − m)·mul), the factor for O. */
+template <int NJ>
+__device__ __forceinline__ void tile_softmax(float (&s)[NJ][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                             float mul) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
+    float mu[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+        /* −inf max (nothing visible yet): use 0 so exp2 gives 0, not NaN. */
+        mu[hf] = mx[hf] == -INFINITY ? 0.f : mx[hf] * mul;
+        alpha[hf] = exp2_approx(m[hf] * mul - mu[hf]);
+        m[hf] = mx[hf];
+    }
+    float rsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pe = exp2_approx(fmaf(s[j][e], mul, -mu[e >> 1]));
+            s[j][e] = pe;
+            rsum[e >> 1] += pe;
+        }
+    l[0] = l[0] * alpha[0] + rsum[0];
+    l[1] = l[1] * alpha[1] + rsum[1];
+}
+
+/* O ← O·α for an output fragment of ND n8 tiles (same row layout as s). */
+template <int ND> __device__ __forceinline__ void tile_rescale(float (&o)[ND][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < ND; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+    }
+}
+
+/* P (fp32 fragment) rounded to T as the A fragments of NJ/2 k16 chunks of
+ * P·V: the C fragments of n8 tiles 2kk, 2kk+1 are the A fragment of chunk kk. */
+template <typename T, int NJ>
+__device__ __forceinline__ void tile_pack_p(const float (&s)[NJ][4], uint32_t (&pa)[NJ / 2][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NJ / 2; ++kk) {
+        pa[kk][0] = Ops<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = Ops<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = Ops<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = Ops<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+/* Ends the fragment's two rows (fc_row_finishf): l summed over the quad,
+ * M = m·mul_ln in natural units (mul_ln > 0: scale for raw-dot maxima,
+ * ln 2 for log2-unit ones; −inf stays −inf), the sink logit of the head
+ * when there is one. factor: O's multiplier; lse: L (natural log). */
+__device__ __forceinline__ void row_finish(const float (&m)[2], const float (&l)[2], float mul_ln, bool has_sink,
+                                           float sink, float (&factor)[2], float (&lse)[2]) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float ls = l[hf];
+        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+        fc_row_finishf(m[hf] * mul_ln, ls, has_sink, sink, &factor[hf], &lse[hf]);
+    }
+}
+
+} // namespace fctc
+
+#endif /* FLASHC_ATTN_FWD_TILE_CUH */
