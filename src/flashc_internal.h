@@ -93,13 +93,6 @@ static inline FC_HOST_DEVICE double fc_attn_sink(const fc_attn *a, int64_t h) {
                                   : (double)((const float *)a->sink_logits)[h * a->ssink];
 }
 
-/* Transitional adapter (to be removed once every kernel takes fc_mask). */
-static inline FC_HOST_DEVICE void fc_visible_range(const fc_attn *a, int64_t i, int64_t *sink_end,
-                                                   int64_t *lo, int64_t *hi) {
-    const fc_mask m = fc_attn_mask(a);
-    fc_visible_keys(&m, i, sink_end, lo, hi);
-}
-
 /* ------------------------------------------------------ weighted row-sum */
 /* x is viewed as [R, D] where the R rows are the outer multi-index over
  * outer_shape[0..nouter) (row-major), so each row's offset is

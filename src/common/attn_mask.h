@@ -94,28 +94,36 @@ static inline FC_HOST_DEVICE void fc_block_keysegs(const fc_mask *m, int64_t ia,
         if (lo < lo_min) lo_min = lo;
         if (hi > hi_max) hi_max = hi;
     }
-    ks->n = 0;
     if (hi_max <= lo_min) lo_min = hi_max = 0; /* no row has a window key */
-    if (se_max > 0 && hi_max > lo_min && se_max >= lo_min) { /* touching: merge */
+    const int has_s = se_max > 0, has_w = hi_max > lo_min;
+    if (has_s && has_w && se_max >= lo_min) { /* touching: merge */
         ks->s0[0] = 0;
         ks->s1[0] = se_max > hi_max ? se_max : hi_max;
         ks->n = 1;
         return;
     }
-    if (se_max > 0) { ks->s0[ks->n] = 0; ks->s1[ks->n] = se_max; ks->n++; }
-    if (hi_max > lo_min) { ks->s0[ks->n] = lo_min; ks->s1[ks->n] = hi_max; ks->n++; }
+    /* Constant indices only, so that device code keeps ks in registers. */
+    ks->s0[0] = has_s ? 0 : lo_min;
+    ks->s1[0] = has_s ? se_max : hi_max;
+    ks->s0[1] = lo_min;
+    ks->s1[1] = hi_max;
+    ks->n = has_s + has_w;
 }
 
 /* Tile classification for a block of consecutive rows, from the ranges of its
  * first row (se_a, lo_a, hi_a) and last row (se_b, lo_b, hi_b):
  * full  — every row sees every key of [j0, j1) (no per-element mask needed);
  * empty — no row sees any key of [j0, j1) (skip the tile).
- * Both are conservative (a false answer only costs a mask). */
+ * Both are conservative (a false answer only costs a mask). The macros are
+ * type-generic (int32 in the tensor-core kernels: an int64 test there made
+ * nvcc predicate and spill the per-element mask, measured on sm_80). */
+#define FC_TILE_FULL(se_a, lo_b, hi_a, j0, j1) ((j1) <= (se_a) || ((lo_b) <= (j0) && (j1) <= (hi_a)))
+#define FC_TILE_EMPTY(se_b, lo_a, hi_b, j0, j1) ((j0) >= (se_b) && ((hi_b) <= (j0) || (lo_a) >= (j1)))
 static inline FC_HOST_DEVICE int fc_tile_full(int64_t se_a, int64_t lo_b, int64_t hi_a, int64_t j0, int64_t j1) {
-    return j1 <= se_a || (lo_b <= j0 && j1 <= hi_a);
+    return FC_TILE_FULL(se_a, lo_b, hi_a, j0, j1);
 }
 static inline FC_HOST_DEVICE int fc_tile_empty(int64_t se_b, int64_t lo_a, int64_t hi_b, int64_t j0, int64_t j1) {
-    return j0 >= se_b && (hi_b <= j0 || lo_a >= j1);
+    return FC_TILE_EMPTY(se_b, lo_a, hi_b, j0, j1);
 }
 
 /* Per-row classification (exact) of the tile [j0, j1) for rows with ranges

@@ -101,4 +101,33 @@ static inline FC_HOST_DEVICE double fc_score_dgrad(const fc_score_mod *m, double
     return m->cap != 0.0 ? 1.0 - t * t : 1.0;
 }
 
+/* The same pipeline factored as  fc_scoref = outer · inner,  for kernels that
+ * fold `outer` into their exp2 FMA (exp2(inner·outer − m·outer), one FFMA as
+ * on the plain path) and take the row max on `inner` — valid when outer > 0:
+ *   capped:   outer = cap (U·softcap), inner = tanh(u) − (slope/cap)·|dist|
+ *   uncapped: outer = qk_mul (U·scale), inner = dot − (slope/qk_mul)·|dist|
+ * where dot is the raw <q, k> (u = dot·qk_mul). Saves the multiply by cap
+ * (capped) or by qk_mul (uncapped) per element. outer does not depend on the
+ * head: one value per problem. */
+typedef struct fc_score_foldf {
+    float outer;    /* > 0 when the fold applies */
+    float qk_mul;   /* u = dot·qk_mul, the argument of tanh */
+    float slope;    /* slope / outer */
+    int capped;
+} fc_score_foldf;
+
+static inline FC_HOST_DEVICE fc_score_foldf fc_score_fold(const fc_score_modf *m) {
+    fc_score_foldf f;
+    f.capped = m->cap != 0.0f;
+    f.outer = f.capped ? m->cap : m->qk_mul;
+    f.qk_mul = m->qk_mul;
+    f.slope = f.outer != 0.0f ? m->slope / f.outer : 0.0f;
+    return f;
+}
+/* inner from the raw dot, t = tanh(dot·qk_mul) (read only when capped). */
+static inline FC_HOST_DEVICE float fc_score_innerf(const fc_score_foldf *f, float dot, float t, float dist) {
+    const float s = f->capped ? t : dot;
+    return s - f->slope * (dist < 0.0f ? -dist : dist);
+}
+
 #endif /* FLASHC_COMMON_ATTN_SCORE_H */

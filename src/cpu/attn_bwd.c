@@ -48,6 +48,7 @@
  * P and dS' rounded to bf16 for dV, dK, dQ; fp32 sums throughout.
  */
 #include "attn_bwd.h"
+#include "common/knobs.h"
 
 #include <math.h>
 #include <omp.h>
@@ -607,8 +608,8 @@ flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
     if (nch < 1) nch = 1;
     c->nchunk = nch;
     c->dqp = NULL;
-    const char *force = getenv("FLASHC_CPU_BWD"); /* "twopass" forces it (tests, benchmarks) */
-    if (!(force && !strcmp(force, "twopass")) && c->nkb > 0 && (double)nch * (double)nrows * (double)c->Dp * (double)c->esz <= FUSED_MAX_BYTES)
+    /* FLASHC_CPU_BWD=twopass (common/knobs.h) forces the two-pass mode (tests, benchmarks). */
+    if (!fc_knob_cpu_bwd_twopass() && c->nkb > 0 && (double)nch * (double)nrows * (double)c->Dp * (double)c->esz <= FUSED_MAX_BYTES)
         c->dqp = malloc((size_t)nch * nrows * (size_t)c->Dp * c->esz); /* NULL: two-pass mode */
 
     /* An Inf/NaN in q or dO (the b of dK, dV) or in k (the b of dQ) would

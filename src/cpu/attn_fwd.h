@@ -24,6 +24,7 @@
 #define FLASHC_CPU_ATTN_FWD_H
 
 #include "flashc_internal.h"
+#include "common/knobs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -129,10 +130,8 @@ flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_fl
  * FLASHC_CPU_DECODE_ROWS=n overrides the ISA's default (0 = never; capped
  * at 64), read at every call so that tests can drive both paths. */
 static inline int64_t fc_decode_rows_max(int64_t dflt) {
-    const char *e = getenv("FLASHC_CPU_DECODE_ROWS");
-    if (!e || !*e) return dflt;
-    const long n = strtol(e, NULL, 10);
-    return n < 0 ? 0 : n > 64 ? 64 : n;
+    const long n = fc_knob_cpu_decode_rows(); /* common/knobs.h */
+    return n == FC_KNOB_AUTO ? dflt : (int64_t)n;
 }
 
 #endif /* FLASHC_CPU_ATTN_FWD_H */

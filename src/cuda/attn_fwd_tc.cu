@@ -180,8 +180,10 @@ __global__ void __launch_bounds__(K::NT)
     T *Og = static_cast<T *>(a.o);
     /* exp2 argument per unit of the fragment's scores, and the row max's
      * factor to natural units (attn_fwd_tile.cuh, "two score paths"). */
-    const float mul = MOD ? 1.f : p.sl2e;
-    const float mul_ln = MOD ? FC_LN2_F : p.scale;
+    /* The factors (attn_fwd_tile.cuh, "two score paths") do not depend on the
+     * head: the modifier path's are those of head 0. */
+    float mul = p.sl2e, mul_ln = p.scale;
+    if (MOD) score_factors(fcc_score_mod_l2(p, 0, 0), &mul, &mul_ln);
 
     /* Per-lane ldmatrix offsets (elements), see tc_common.cuh for layouts. */
     const int q_off = (warp * MT * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
@@ -211,7 +213,11 @@ __global__ void __launch_bounds__(K::NT)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) rv[mt] = row_vis(p.mask, row0 + 16 * mt, p.Sq);
         fc_score_modf mod = {0.f, 0.f, 0.f};
-        if (MOD) mod = fcc_score_mod_l2(p, b, h);
+        fc_score_foldf fold = {0.f, 0.f, 0.f, 0};
+        if (MOD) {
+            mod = fcc_score_mod_l2(p, b, h);
+            fold = fc_score_fold(&mod);
+        }
 
         float acc_o[MT][ND][4];
         float m_i[MT][2], l_i[MT][2];
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(K::NT)
                 for (int mt = 0; mt < MT; ++mt) {
                     float dist0[2];
                     tile_dist0(p, row0 + 16 * mt, n0 + 2 * t4, dist0);
-                    tile_score(acc_s[mt], mod, dist0);
+                    tile_score_mod(acc_s[mt], mod, fold, dist0);
                 }
             }
             /* Per-element masks only where some row of the CTA sees part of the tile. */

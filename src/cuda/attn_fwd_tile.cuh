@@ -17,9 +17,11 @@
  *   plain (no softcap, no ALiBi, scale > 0): the fragment holds raw dots; the
  *     row max is taken on them and scale·log2 e is folded into the exp2 FFMA
  *     (mul = sl2e), the maximum scaled by `scale` at the end;
- *   modifier: tile_score turns raw dots into log2-unit logits s
- *     (fcc_score_mod_l2); max and exp2 work on s (mul = 1), the maximum is
- *     scaled by ln 2 at the end. Valid for any sign of scale.
+ *   modifier: tile_score_mod turns raw dots into the logits' inner factor
+ *     (fc_score_innerf: softcap's cap, or scale·log2 e, folded out into the
+ *     exp2 FFMA, mul = that factor, as on the plain path); a negative scale
+ *     without softcap has no positive factor and takes log2-unit logits with
+ *     mul = 1 (tile_score). The maximum is scaled by mul·ln 2 at the end.
  */
 #ifndef FLASHC_ATTN_FWD_TILE_CUH
 #define FLASHC_ATTN_FWD_TILE_CUH
@@ -75,7 +77,7 @@ __device__ __forceinline__ RowVis row_vis(const fc_mask &m, int row0, int Sq) {
 /* Does every row of a block (first row a, last row b) see every key of
  * [n0, n0 + BN) (fc_tile_full)? Keys past Sk are never visible. */
 template <int BN> __device__ __forceinline__ bool tile_full(const Vis &a, const Vis &b, int n0, int Sk) {
-    return n0 + BN <= Sk && fc_tile_full(a.se, b.lo, a.hi, n0, n0 + BN);
+    return n0 + BN <= Sk && FC_TILE_FULL(a.se, b.lo, a.hi, n0, n0 + BN);
 }
 
 /* −inf on the elements whose key is not visible to their row (FC_KEY_VISIBLE);
@@ -121,6 +123,48 @@ __device__ __forceinline__ void tile_score(float (&s)[NJ][4], const fc_score_mod
         if (mod.slope != 0.f) tile_score_as<false, true>(s, mod, dist0);
         else tile_score_as<false, false>(s, mod, dist0);
     }
+}
+/* The factored score step (fc_score_innerf): the fragment becomes `inner`,
+ * the kernel folds f.outer into tile_softmax's exp2 FFMA (mul = f.outer > 0).
+ * One multiply per element less than tile_score. */
+template <bool CAP, bool ALIBI, int NJ>
+__device__ __forceinline__ void tile_score_fold_as(float (&s)[NJ][4], fc_score_foldf f, const float (&dist0)[2]) {
+    f.capped = CAP ? 1 : 0;      /* fc_score_innerf's branch folds away */
+    if (!ALIBI) f.slope = 0.f;   /* with dist = 0: the bias folds away */
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float dot = s[j][e];
+            const float t = CAP ? tanh_approx(dot * f.qk_mul) : 0.f;
+            const float dist = ALIBI ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
+            s[j][e] = fc_score_innerf(&f, dot, t, dist);
+        }
+}
+template <int NJ>
+__device__ __forceinline__ void tile_score_fold(float (&s)[NJ][4], const fc_score_foldf &f, const float (&dist0)[2]) {
+    if (f.capped) {
+        if (f.slope != 0.f) tile_score_fold_as<true, true>(s, f, dist0);
+        else tile_score_fold_as<true, false>(s, f, dist0);
+    } else if (f.slope != 0.f) {
+        tile_score_fold_as<false, true>(s, f, dist0);
+    }
+}
+/* The modifier path's score step, factored when the factor is positive (every
+ * softcap, every positive scale; negative scales without softcap take the
+ * unfactored tile_score). *mul / *mul_ln: tile_softmax's and row_finish's
+ * factors for this (b, h). */
+__device__ __forceinline__ void score_factors(const fc_score_modf &mod, float *mul, float *mul_ln) {
+    const fc_score_foldf f = fc_score_fold(&mod);
+    *mul = f.outer > 0.f ? f.outer : 1.f;
+    *mul_ln = *mul * FC_LN2_F;
+}
+/* fold = fc_score_fold(&mod), computed once per (b, h) by the kernel. */
+template <int NJ>
+__device__ __forceinline__ void tile_score_mod(float (&s)[NJ][4], const fc_score_modf &mod,
+                                               const fc_score_foldf &fold, const float (&dist0)[2]) {
+    if (fold.outer > 0.f) tile_score_fold(s, fold, dist0);
+    else tile_score(s, mod, dist0);
 }
 /* dist0 of tile_score for rows row0, row0 + 8 at column c0 (fc_alibi_dist). */
 __device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, float (&dist0)[2]) {

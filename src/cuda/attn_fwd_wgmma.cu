@@ -125,13 +125,17 @@ __global__ void __launch_bounds__(384, 1)
         const fc_attn &a = p.a;
         /* exp2 argument per unit of the fragment's scores, and the row max's
          * factor to natural units (attn_fwd_tile.cuh, "two score paths"). */
-        const float mul = MOD ? 1.f : p.sl2e;
-        const float mul_ln = MOD ? FC_LN2_F : p.scale;
+        float mul = p.sl2e, mul_ln = p.scale;
 
         const Vis wfirst = vis_of(p.mask, r0, p.Sq), wlast = vis_of(p.mask, r0 + 63, p.Sq);
         const RowVis rv = row_vis(p.mask, row0, p.Sq);
         fc_score_modf mod = {0.f, 0.f, 0.f};
-        if (MOD) mod = fcc_score_mod_l2(p, b, h);
+        fc_score_foldf fold = {0.f, 0.f, 0.f, 0};
+        if (MOD) {
+            mod = fcc_score_mod_l2(p, b, h);
+            fold = fc_score_fold(&mod);
+            score_factors(mod, &mul, &mul_ln);
+        }
 
         float acc_o[HD / 8][4]; /* wgmma accumulator layout = the m16n8 C layout per warp */
 #pragma unroll
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(384, 1)
             if (MOD) {
                 float dist0[2];
                 tile_dist0(p, row0, n0 + 2 * t4, dist0);
-                tile_score(acc_s, mod, dist0);
+                tile_score_mod(acc_s, mod, fold, dist0);
             }
             /* Per-element masks only where some row of the warpgroup sees part of the tile. */
             if (!tile_full<BN>(wfirst, wlast, n0, p.Sk)) tile_mask(acc_s, rv, n0 + 2 * t4);

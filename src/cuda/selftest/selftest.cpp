@@ -246,7 +246,7 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
         for (int64_t h = 0; h < c.Hq; ++h)
             for (int64_t i = 0; i < c.Sq; ++i) {
                 int64_t se, lo, hi;
-                fc_visible_range(&a, i, &se, &lo, &hi);
+                { const fc_mask mk = fc_attn_mask(&a); fc_visible_keys(&mk, i, &se, &lo, &hi); }
                 double m = -INFINITY;
                 for (int64_t j = 0; j < c.Sk; ++j) {
                     if (!(j < se || (j >= lo && j < hi))) { x[j] = -INFINITY; continue; }
@@ -314,7 +314,7 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
         for (int64_t h = 0; h < c.Hq; ++h)
             for (int64_t i = 0; i < c.Sq; ++i) {
                 int64_t se, lo, hi;
-                fc_visible_range(&a, i, &se, &lo, &hi);
+                { const fc_mask mk = fc_attn_mask(&a); fc_visible_keys(&mk, i, &se, &lo, &hi); }
                 const double L = Lg[(b * c.Hq + h) * c.Sq + i];
                 double Dl = 0;
                 for (int64_t d = 0; d < c.D; ++d) Dl += DO[QI(b, i, h, d)] * Og[QI(b, i, h, d)];
@@ -641,7 +641,7 @@ int main(int argc, char **argv) {
         CK(M->malloc_(&huge, 16)); /* the failed allocation left no sticky error */
         CK(M->free_(huge));
         CK(M->free_(p));
-        /* visibility mirror == fc_visible_range on a sweep */
+        /* fc_visible_keys (attn_mask.h) invariants on a sweep */
         int bad = 0;
         fc_attn a;
         memset(&a, 0, sizeof a);
@@ -649,7 +649,7 @@ int main(int argc, char **argv) {
             for (int64_t ns : {0, 2}) for (int64_t i = 0; i < sq; ++i) {
                 a.Sq = sq; a.Sk = sk; a.wl = wl; a.wr = wr; a.n_sink = ns;
                 int64_t s, l, hh;
-                fc_visible_range(&a, i, &s, &l, &hh);
+                { const fc_mask mk = fc_attn_mask(&a); fc_visible_keys(&mk, i, &s, &l, &hh); }
                 bad += !(0 <= s && s <= l && l <= hh && hh <= sk);
             }
         report("helpers", "visrange", bad, 0, false);
