@@ -94,7 +94,11 @@
  * AVX512-BF16, likewise multiplies in the input type with fp32
  * accumulation: S and dP from the inputs as given (exact products), P and
  * dS rounded to the input type before the dV, dK and dQ products. F64
- * inputs are computed in F64 (the reference precision).
+ * inputs are computed in F64 (the reference precision). With a softcap, the
+ * CUDA tensor-core kernels (F16/BF16) take tanh from the hardware
+ * approximation (tanh.approx.f32, relative error < 2^-10.9, as FlashAttention
+ * does): logits, and so L, may differ by up to about softcap·2^-10.9; every
+ * other path uses a tanh accurate to its precision.
  *
  * Backward (flashc_attn_bwd) recomputes the scores from q, k and lse:
  *   P_ij = exp(x_ij − L_i) (0 when not visible), Δ_i = Σ_d dO_id · O_id,
