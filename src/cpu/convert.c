@@ -1,5 +1,7 @@
-/* IEEE binary16 <-> binary32, bit-exact and portable (no F16C needed: the
- * SIMD files use F16C/AVX-512 conversions on their own fast paths). */
+/* IEEE binary16 <-> binary32, bit-exact and portable (no F16C needed): the
+ * scalar paths and the SIMD vocabularies' one-element helpers (fc_ld1_f32 /
+ * fc_st1_f32 in simd_avx2.h / simd_avx512.h) use these; whole vectors
+ * convert with F16C there. */
 #include "flashc_internal.h"
 
 #include <string.h>

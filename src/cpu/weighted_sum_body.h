@@ -34,9 +34,11 @@
 /* Bytes per element of a FLASHC_F32/F16/BF16 row. */
 FC_SI int64_t FN(esz)(int dt) { return dt == FLASHC_F32 ? 4 : 2; }
 
-/* Offset of row r; after FN(collapse) most callers have a single outer axis. */
-FC_SI int64_t FN(roff)(const fc_wsum *p, const int64_t *ostr, int64_t r) {
-    return p->nouter == 1 ? r * ostr[0] : fc_wsum_row_offset(p, ostr, r);
+/* Offset of row r. ONE (compile-time): a single outer axis, the common case
+ * after FN(collapse); the drivers pick it once per call, so the row loops
+ * carry no multi-axis index code. */
+FC_SI int64_t FN(roff)(const int ONE, const fc_wsum *p, const int64_t *ostr, int64_t r) {
+    return ONE ? r * ostr[0] : fc_wsum_row_offset(p, ostr, r);
 }
 
 /* Merges outer axes k, k+1 where every tensor in use steps through them as
@@ -70,7 +72,7 @@ static void FN(collapse)(fc_wsum *q) {
  * F64), plus one vector: FN(dx_row) reads w[d .. d + lanes) at unaligned d < D. */
 static void *FN(load_w)(const fc_wsum *p, int64_t Dp) {
     const int f64 = p->dtype == FLASHC_F64;
-    void *w = calloc((size_t)Dp + FC_VF_W, f64 ? sizeof(double) : sizeof(float));
+    void *w = calloc((size_t)(Dp + FC_VF_W), f64 ? sizeof(double) : sizeof(float));
     if (!w) return NULL;
     for (int64_t d = 0; d < p->D; ++d) {
         if (f64) ((double *)w)[d] = ((const double *)p->w)[d * p->w_str];
@@ -101,17 +103,24 @@ FC_SI fc_vf FN(dot_row)(int dt, const char *x, const float *w, int64_t D) {
 /* Rows [r0, r1) for one dtype. FC_VF_W rows share one lane reduction:
  * fc_vf_hreduce sums every slot in the same fixed tree, so y[r] depends on
  * row r alone, not on its group, its position or the thread count. */
-FC_SI void FN(fwd_range)(int dt, const fc_wsum *p, const float *w, int64_t r0, int64_t r1) {
+FC_SI void FN(fwd_range)(const int dt, const int ONE, const fc_wsum *p, const float *w, int64_t r0, int64_t r1) {
     const int64_t e = FN(esz)(dt);
     const char *x = (const char *)p->x;
     for (int64_t r = r0; r < r1; r += FC_VF_W) {
         const int n = r1 - r < FC_VF_W ? (int)(r1 - r) : FC_VF_W;
         fc_vf s[FC_VF_W];
         float out[FC_VF_W];
-        for (int j = 0; j < FC_VF_W; ++j)
-            s[FC_VF_SLOT(j)] = j < n ? FN(dot_row)(dt, x + FN(roff)(p, p->x_ostr, r + j) * e, w, p->D) : fc_vf_zero();
+        if (n == FC_VF_W) {
+#pragma GCC unroll 8
+            for (int j = 0; j < FC_VF_W; ++j)
+                s[FC_VF_SLOT(j)] = FN(dot_row)(dt, x + FN(roff)(ONE, p, p->x_ostr, r + j) * e, w, p->D);
+        } else {
+            for (int j = 0; j < FC_VF_W; ++j)
+                s[FC_VF_SLOT(j)] = j < n ? FN(dot_row)(dt, x + FN(roff)(ONE, p, p->x_ostr, r + j) * e, w, p->D)
+                                         : fc_vf_zero();
+        }
         fc_vf_store(out, fc_vf_hreduce(s));
-        for (int j = 0; j < n; ++j) fc_st1_f32(p->y, FN(roff)(p, p->y_ostr, r + j), dt, out[j]);
+        for (int j = 0; j < n; ++j) fc_st1_f32(p->y, FN(roff)(ONE, p, p->y_ostr, r + j), dt, out[j]);
     }
 }
 
@@ -133,22 +142,28 @@ FC_SI double FN(dot_row_f64)(const double *x, const double *w, int64_t D) {
     return fc_vd_hsum(fc_vd_add(fc_vd_add(a0, a1), fc_vd_add(a2, a3)));
 }
 
-FC_SI void FN(fwd_range_f64)(const fc_wsum *p, const double *w, int64_t r0, int64_t r1) {
+FC_SI void FN(fwd_range_f64)(const int ONE, const fc_wsum *p, const double *w, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-        ((double *)p->y)[FN(roff)(p, p->y_ostr, r)] =
-            FN(dot_row_f64)((const double *)p->x + FN(roff)(p, p->x_ostr, r), w, p->D);
+        ((double *)p->y)[FN(roff)(ONE, p, p->y_ostr, r)] =
+            FN(dot_row_f64)((const double *)p->x + FN(roff)(ONE, p, p->x_ostr, r), w, p->D);
 }
 
-/* Rows [r0, r1): where the run-time dtype becomes a compile-time one. The
- * OpenMP regions stay outside the always-inline bodies: GCC outlines a
- * parallel region before inlining, so a region inside them would keep dt a
- * run-time value. */
+/* Rows [r0, r1): where the run-time dtype and axis count become
+ * compile-time ones. The OpenMP regions stay outside the always-inline
+ * bodies: GCC outlines a parallel region before inlining, so a region inside
+ * them would keep these run-time values. */
 static void FN(fwd_rows)(const fc_wsum *p, const void *w, int64_t r0, int64_t r1) {
-    switch (p->dtype) {
-    case FLASHC_F64: FN(fwd_range_f64)(p, (const double *)w, r0, r1); break;
-    case FLASHC_F32: FN(fwd_range)(FLASHC_F32, p, (const float *)w, r0, r1); break;
-    case FLASHC_BF16: FN(fwd_range)(FLASHC_BF16, p, (const float *)w, r0, r1); break;
-    default: FN(fwd_range)(FLASHC_F16, p, (const float *)w, r0, r1); break;
+    const int dt = p->dtype;
+    if (p->nouter == 1) {
+        if (dt == FLASHC_F64) FN(fwd_range_f64)(1, p, (const double *)w, r0, r1);
+        else if (dt == FLASHC_F32) FN(fwd_range)(FLASHC_F32, 1, p, (const float *)w, r0, r1);
+        else if (dt == FLASHC_BF16) FN(fwd_range)(FLASHC_BF16, 1, p, (const float *)w, r0, r1);
+        else FN(fwd_range)(FLASHC_F16, 1, p, (const float *)w, r0, r1);
+    } else {
+        if (dt == FLASHC_F64) FN(fwd_range_f64)(0, p, (const double *)w, r0, r1);
+        else if (dt == FLASHC_F32) FN(fwd_range)(FLASHC_F32, 0, p, (const float *)w, r0, r1);
+        else if (dt == FLASHC_BF16) FN(fwd_range)(FLASHC_BF16, 0, p, (const float *)w, r0, r1);
+        else FN(fwd_range)(FLASHC_F16, 0, p, (const float *)w, r0, r1);
     }
 }
 
@@ -211,7 +226,8 @@ FC_SI void FN(dx_row)(int dt, int nt, char *dx, float g, const float *w, int64_t
         int64_t head = (int64_t)((vb - ((uintptr_t)dx & (vb - 1))) & (vb - 1)) / e; /* < FC_VF_W */
         if (head > D) head = D;
         if (head) fc_vf_store_as_tail(dx, dt, head, fc_vf_mul(gv, fc_vf_load(w)));
-        for (d = head; d + FC_VF_W <= D; d += FC_VF_W) fc_vf_stream_as(dx + d * e, dt, fc_vf_mul(gv, fc_vf_load(w + d)));
+        for (d = head; d + FC_VF_W <= D; d += FC_VF_W)
+            fc_vf_stream_as(dx + d * e, dt, fc_vf_mul(gv, fc_vf_load(w + d)));
     } else {
         for (; d + FC_VF_W <= D; d += FC_VF_W) fc_vf_store_as(dx + d * e, dt, fc_vf_mul(gv, fc_vf_load(w + d)));
     }
@@ -219,7 +235,8 @@ FC_SI void FN(dx_row)(int dt, int nt, char *dx, float g, const float *w, int64_t
 }
 
 /* Block b: rows [b·rpb, min((b+1)·rpb, R)) into partial row part[b] (Dp,). */
-FC_SI void FN(bwd_block)(int dt, const fc_wsum *p, const float *w, float *part, int64_t Dp, int64_t rpb, int64_t b) {
+FC_SI void FN(bwd_block)(const int dt, const int ONE, const fc_wsum *p, const float *w, float *part, int64_t Dp,
+                         int64_t rpb, int64_t b) {
     const int64_t e = FN(esz)(dt);
     float *acc = part ? part + b * Dp : NULL;
     if (acc) memset(acc, 0, (size_t)Dp * sizeof(float));
@@ -231,9 +248,9 @@ FC_SI void FN(bwd_block)(int dt, const fc_wsum *p, const float *w, float *part, 
         const char *x[4] = {0};
         char *dx[4] = {0};
         for (int j = 0; j < kr; ++j) {
-            g[j] = fc_ld1_f32(p->dy, FN(roff)(p, p->dy_ostr, r + j), dt);
-            if (acc) x[j] = (const char *)p->x + FN(roff)(p, p->x_ostr, r + j) * e;
-            if (p->dx) dx[j] = (char *)p->dx + FN(roff)(p, p->dx_ostr, r + j) * e;
+            g[j] = fc_ld1_f32(p->dy, FN(roff)(ONE, p, p->dy_ostr, r + j), dt);
+            if (acc) x[j] = (const char *)p->x + FN(roff)(ONE, p, p->x_ostr, r + j) * e;
+            if (p->dx) dx[j] = (char *)p->dx + FN(roff)(ONE, p, p->dx_ostr, r + j) * e;
         }
         if (acc) {
             if (kr == 4) FN(dw_pass)(dt, 4, p->D, acc, g, x);
@@ -264,12 +281,17 @@ FC_SI void FN(reduce_dw)(int dt, const fc_wsum *p, const float *part, int64_t Dp
     }
 }
 
-/* The run-time dtype to a compile-time one, once per block / dw vector. */
+/* The run-time dtype (and axis count) to compile-time ones, once per block / dw vector. */
 static void FN(bwd_block_dt)(const fc_wsum *p, const float *w, float *part, int64_t Dp, int64_t rpb, int64_t b) {
-    switch (p->dtype) {
-    case FLASHC_F32: FN(bwd_block)(FLASHC_F32, p, w, part, Dp, rpb, b); break;
-    case FLASHC_BF16: FN(bwd_block)(FLASHC_BF16, p, w, part, Dp, rpb, b); break;
-    default: FN(bwd_block)(FLASHC_F16, p, w, part, Dp, rpb, b); break;
+    const int dt = p->dtype;
+    if (p->nouter == 1) {
+        if (dt == FLASHC_F32) FN(bwd_block)(FLASHC_F32, 1, p, w, part, Dp, rpb, b);
+        else if (dt == FLASHC_BF16) FN(bwd_block)(FLASHC_BF16, 1, p, w, part, Dp, rpb, b);
+        else FN(bwd_block)(FLASHC_F16, 1, p, w, part, Dp, rpb, b);
+    } else {
+        if (dt == FLASHC_F32) FN(bwd_block)(FLASHC_F32, 0, p, w, part, Dp, rpb, b);
+        else if (dt == FLASHC_BF16) FN(bwd_block)(FLASHC_BF16, 0, p, w, part, Dp, rpb, b);
+        else FN(bwd_block)(FLASHC_F16, 0, p, w, part, Dp, rpb, b);
     }
 }
 static void FN(reduce_dw_dt)(const fc_wsum *p, const float *part, int64_t Dp, int64_t nb, int64_t d) {
@@ -335,6 +357,47 @@ FC_SI void FN(dx_row_f64)(int nt, double *dx, double g, const double *w, int64_t
     for (; d < D; ++d) dx[d] = g * w[d];
 }
 
+/* Block b of the F64 backward, as FN(bwd_block). */
+FC_SI void FN(bwd_block_f64)(const int ONE, const fc_wsum *p, const double *w, double *part, int64_t Dp,
+                             int64_t rpb, int64_t b) {
+    /* Folding 4 rows per pass measured slower for short f64 rows (D = 64:
+     * 18 vs 30 GB/s); either way each acc[d] sees the same FMAs in row
+     * order, so the choice never changes dw. */
+    const int fold = p->D * 8 >= WS_NT_ROW_BYTES;
+    const int nt = p->dx && p->R * p->D * 8 >= WS_NT_BYTES && p->D * 8 >= WS_NT_ROW_BYTES;
+    double *acc = part ? part + b * Dp : NULL;
+    if (acc) memset(acc, 0, (size_t)Dp * sizeof(double));
+    const int64_t r1 = (b + 1) * rpb < p->R ? (b + 1) * rpb : p->R;
+    for (int64_t r = b * rpb; r < r1;) {
+        const int kr = fold && r1 - r >= 4 ? 4 : 1;
+        double g[4];
+        const double *x[4] = {0};
+        double *dx[4] = {0};
+        for (int j = 0; j < kr; ++j) {
+            g[j] = ((const double *)p->dy)[FN(roff)(ONE, p, p->dy_ostr, r + j)];
+            if (acc) x[j] = (const double *)p->x + FN(roff)(ONE, p, p->x_ostr, r + j);
+            if (p->dx) dx[j] = (double *)p->dx + FN(roff)(ONE, p, p->dx_ostr, r + j);
+        }
+        if (acc) {
+            if (kr == 4) FN(dw_pass_f64)(4, p->D, acc, g, x);
+            else FN(dw_pass_f64)(1, p->D, acc, g, x);
+        }
+        if (p->dx) {
+            for (int j = 0; j < kr; ++j) {
+                if (nt) FN(dx_row_f64)(1, dx[j], g[j], w, p->D);
+                else FN(dx_row_f64)(0, dx[j], g[j], w, p->D);
+            }
+        }
+        r += kr;
+    }
+    fc_stream_fence();
+}
+static void FN(bwd_block_f64_dt)(const fc_wsum *p, const double *w, double *part, int64_t Dp, int64_t rpb,
+                                 int64_t b) {
+    if (p->nouter == 1) FN(bwd_block_f64)(1, p, w, part, Dp, rpb, b);
+    else FN(bwd_block_f64)(0, p, w, part, Dp, rpb, b);
+}
+
 static flashc_status FN(bwd_f64)(const fc_wsum *p) {
     const int64_t rpb = fc_wsum_rows_per_block(p->R), nb = (p->R + rpb - 1) / rpb;
     const int64_t Dp = (p->D + FC_VD_W - 1) / FC_VD_W * FC_VD_W;
@@ -346,40 +409,8 @@ static flashc_status FN(bwd_f64)(const fc_wsum *p) {
         return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: partial buffer (%lld x %lld)",
                             (long long)nb, (long long)Dp);
     }
-    const int fold = p->D * 8 >= WS_NT_ROW_BYTES;
-    const int nt = p->dx && p->R * p->D * 8 >= WS_NT_BYTES && p->D * 8 >= WS_NT_ROW_BYTES;
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nb; ++b) {
-        double *acc = part ? part + b * Dp : NULL;
-        if (acc) memset(acc, 0, (size_t)Dp * sizeof(double));
-        const int64_t r1 = (b + 1) * rpb < p->R ? (b + 1) * rpb : p->R;
-        for (int64_t r = b * rpb; r < r1;) {
-            /* Folding 4 rows per pass measured slower for short f64 rows
-             * (D = 64: 18 vs 30 GB/s); either way each acc[d] sees the
-             * same FMAs in row order, so the choice never changes dw. */
-            const int kr = fold && r1 - r >= 4 ? 4 : 1;
-            double g[4];
-            const double *x[4] = {0};
-            double *dx[4] = {0};
-            for (int j = 0; j < kr; ++j) {
-                g[j] = ((const double *)p->dy)[FN(roff)(p, p->dy_ostr, r + j)];
-                if (acc) x[j] = (const double *)p->x + FN(roff)(p, p->x_ostr, r + j);
-                if (p->dx) dx[j] = (double *)p->dx + FN(roff)(p, p->dx_ostr, r + j);
-            }
-            if (acc) {
-                if (kr == 4) FN(dw_pass_f64)(4, p->D, acc, g, x);
-                else FN(dw_pass_f64)(1, p->D, acc, g, x);
-            }
-            if (p->dx) {
-                for (int j = 0; j < kr; ++j) {
-                    if (nt) FN(dx_row_f64)(1, dx[j], g[j], w, p->D);
-                    else FN(dx_row_f64)(0, dx[j], g[j], w, p->D);
-                }
-            }
-            r += kr;
-        }
-        fc_stream_fence();
-    }
+    for (int64_t b = 0; b < nb; ++b) FN(bwd_block_f64_dt)(p, w, part, Dp, rpb, b);
     if (part) {
         const int64_t nv = Dp / FC_VD_W;
 #pragma omp parallel for schedule(static)
