@@ -82,23 +82,131 @@ static inline FC_HOST_DEVICE int64_t fc_alibi_dist(const fc_score_params *p, int
     return i + p->offset - j;
 }
 
-/* The modified score in unit U from u = qk_mul·<q, k> and t = tanh(u)
- * (t is read only when mod->cap ≠ 0). float and double flavours. */
-static inline FC_HOST_DEVICE float fc_scoref(const fc_score_modf *m, float u, float t, float dist) {
-    float s = m->cap != 0.0f ? m->cap * t : u;
-    return s - m->slope * (dist < 0.0f ? -dist : dist);
+/* ------------------------------------------------------------ variants
+ * A kernel compiles its per-element score step once per *variant*: a mode
+ * (which modifiers run, FC_SCORE_* bits) known at compile time, so that the
+ * steps a problem does not use cost nothing and the plain variant is the
+ * kernel's plain path. The run-time mode of a problem is fc_score_mode(p)
+ * (or fc_score_mode_of(mod) per head); a kernel maps it to a variant once per
+ * launch / block / tile through a variant list below (FC_SCORE_DISPATCH on
+ * the CPU, fcc_score_dispatch in src/cuda/attn_score.cuh), never per element.
+ *
+ * A variant with FC_SCORE_EXACT is taken only for exactly its mode: its steps
+ * run unconditionally. One without it is taken for every mode it contains:
+ * each of its steps also checks at run time that the modifier is on (softcap
+ * 0 → u; a zero slope subtracts 0), so one instantiation serves them all.
+ *
+ * A new modifier: a bit below (and in FC_SCORE_ALL), its constants in
+ * fc_score_mod(f) and fc_score_mod_make, its step in fc_score_stepf /
+ * fc_score_step (and _dgrad / _innerf), its inputs in FC_SCORE_NEEDS_*, and
+ * optionally exact entries in FC_SCORE_VARIANTS. */
+enum {
+    FC_SCORE_PLAIN = 0,
+    FC_SCORE_CAP = 1,   /* softcap: reads t = tanh(u) */
+    FC_SCORE_ALIBI = 2, /* ALiBi: reads dist */
+    FC_SCORE_ALL = FC_SCORE_CAP | FC_SCORE_ALIBI,
+    FC_SCORE_NBITS = 2,
+    FC_SCORE_EXACT = 1 << 8 /* variant flag, never in a problem's mode */
+};
+/* The inputs a variant's step reads: t = tanh(u); dist = fc_alibi_dist. */
+#define FC_SCORE_NEEDS_TANH(v) (((v) & FC_SCORE_CAP) != 0)
+#define FC_SCORE_NEEDS_DIST(v) (((v) & FC_SCORE_ALIBI) != 0)
+
+/* The variant lists: X(variant, arg) per entry, cheapest first, LAST(variant,
+ * arg) for the last, which catches every mode left: it holds FC_SCORE_ALL,
+ * and is exact only when the list holds every combination (checked below).
+ *   FC_SCORE_VARIANTS:  one exact variant per combination — the kernels whose
+ *       modifier paths are hot (CPU SIMD, tensor-core forward);
+ *   FC_SCORE_VARIANTS2: plain + one catch-all — kernels where one modifier
+ *       instantiation is enough (generic CUDA kernels, tensor-core backward:
+ *       compile time, registers). */
+#define FC_SCORE_VARIANTS(X, LAST, arg)                                                                \
+    X(FC_SCORE_PLAIN, arg) X(FC_SCORE_CAP | FC_SCORE_EXACT, arg) X(FC_SCORE_ALIBI | FC_SCORE_EXACT, arg) \
+    LAST(FC_SCORE_ALL | FC_SCORE_EXACT, arg)
+#define FC_SCORE_VARIANTS2(X, LAST, arg) X(FC_SCORE_PLAIN, arg) LAST(FC_SCORE_ALL, arg)
+
+/* Does a problem compiled as variant v run the step `bit`? on: whether the
+ * modifier is on at run time (read only for a catch-all variant). */
+#define FC_SCORE_ON(v, bit, on) (((v) & (bit)) && (((v) & FC_SCORE_EXACT) || (on)))
+
+/* Does variant v serve mode? (The plain variant is exact by nature.) */
+#define FC_SCORE_SERVES(v, mode) \
+    (((v) & FC_SCORE_EXACT) || (v) == FC_SCORE_PLAIN ? (mode) == ((v) & ~FC_SCORE_EXACT) : ((mode) & ~(v)) == 0)
+
+/* A list whose last entry is exact must hold every combination. */
+#define FC_SCORE_COUNT_(v, arg) +1
+#define FC_SCORE_LAST_OK_(v, n) \
+    +((((v) & FC_SCORE_ALL) == FC_SCORE_ALL) && (!((v) & FC_SCORE_EXACT) || (0 n) == (1 << FC_SCORE_NBITS)))
+#define FC_SCORE_NONE_(v, arg)
+#define FC_SCORE_LIST_N(LIST) (0 LIST(FC_SCORE_COUNT_, FC_SCORE_COUNT_, ~))
+#define FC_SCORE_LIST_OK(LIST) (0 LIST(FC_SCORE_NONE_, FC_SCORE_LAST_OK_, LIST(FC_SCORE_COUNT_, FC_SCORE_COUNT_, ~)))
+#ifdef __cplusplus
+static_assert(FC_SCORE_LIST_OK(FC_SCORE_VARIANTS), "FC_SCORE_VARIANTS: exact catch-all on an incomplete list");
+static_assert(FC_SCORE_LIST_OK(FC_SCORE_VARIANTS2), "FC_SCORE_VARIANTS2: exact catch-all on an incomplete list");
+#else
+_Static_assert(FC_SCORE_LIST_OK(FC_SCORE_VARIANTS), "FC_SCORE_VARIANTS: exact catch-all on an incomplete list");
+_Static_assert(FC_SCORE_LIST_OK(FC_SCORE_VARIANTS2), "FC_SCORE_VARIANTS2: exact catch-all on an incomplete list");
+#endif
+
+/* Runs CALL(v) (a statement) for the variant v of LIST that serves `mode`.
+ * Plain C; the CUDA kernels use fcc_score_dispatch (attn_score.cuh). */
+#define FC_SCORE_IF_(v, CALL) if (FC_SCORE_SERVES(v, fc_score_mode_)) { CALL(v); } else
+#define FC_SCORE_ELSE_(v, CALL) { CALL(v); }
+#define FC_SCORE_DISPATCH(LIST, mode, CALL)             \
+    do {                                                \
+        const int fc_score_mode_ = (mode);              \
+        LIST(FC_SCORE_IF_, FC_SCORE_ELSE_, CALL)        \
+    } while (0)
+
+/* The modifiers problem p runs. */
+static inline FC_HOST_DEVICE int fc_score_mode(const fc_score_params *p) {
+    return (p->softcap > 0.0 ? FC_SCORE_CAP : 0) | (p->alibi ? FC_SCORE_ALIBI : 0);
 }
-static inline FC_HOST_DEVICE double fc_score(const fc_score_mod *m, double u, double t, double dist) {
-    double s = m->cap != 0.0 ? m->cap * t : u;
-    return s - m->slope * (dist < 0.0 ? -dist : dist);
+/* ... that one head runs (a zero slope is no ALiBi). */
+static inline FC_HOST_DEVICE int fc_score_mode_of(const fc_score_mod *m) {
+    return (m->cap != 0.0 ? FC_SCORE_CAP : 0) | (m->slope != 0.0 ? FC_SCORE_ALIBI : 0);
+}
+static inline FC_HOST_DEVICE int fc_score_mode_off(const fc_score_modf *m) {
+    return (m->cap != 0.0f ? FC_SCORE_CAP : 0) | (m->slope != 0.0f ? FC_SCORE_ALIBI : 0);
 }
 
-/* ∂x/∂(scale·<q, k>) at t = tanh(u): 1 − t² when capped, else 1. */
+/* The modified score in unit U, variant v (a constant where the kernel is
+ * compiled per variant: the untaken steps fold away), from u = qk_mul·<q, k>,
+ * t = tanh(u) (read when FC_SCORE_NEEDS_TANH(v)) and dist
+ * (FC_SCORE_NEEDS_DIST(v)). float and double flavours. */
+static inline FC_HOST_DEVICE float fc_score_stepf(int v, const fc_score_modf *m, float u, float t, float dist) {
+    float s = u;
+    if (FC_SCORE_ON(v, FC_SCORE_CAP, m->cap != 0.0f)) s = m->cap * t;
+    if (v & FC_SCORE_ALIBI) s = s - m->slope * (dist < 0.0f ? -dist : dist);
+    return s;
+}
+static inline FC_HOST_DEVICE double fc_score_step(int v, const fc_score_mod *m, double u, double t, double dist) {
+    double s = u;
+    if (FC_SCORE_ON(v, FC_SCORE_CAP, m->cap != 0.0)) s = m->cap * t;
+    if (v & FC_SCORE_ALIBI) s = s - m->slope * (dist < 0.0 ? -dist : dist);
+    return s;
+}
+/* ∂x/∂(scale·<q, k>) at t = tanh(u), variant v: 1 − t² when capped, else 1. */
+static inline FC_HOST_DEVICE float fc_score_step_dgradf(int v, const fc_score_modf *m, float t) {
+    return FC_SCORE_ON(v, FC_SCORE_CAP, m->cap != 0.0f) ? 1.0f - t * t : 1.0f;
+}
+static inline FC_HOST_DEVICE double fc_score_step_dgrad(int v, const fc_score_mod *m, double t) {
+    return FC_SCORE_ON(v, FC_SCORE_CAP, m->cap != 0.0) ? 1.0 - t * t : 1.0;
+}
+
+/* The same with every check at run time (the catch-all variant), for the
+ * reference paths. */
+static inline FC_HOST_DEVICE float fc_scoref(const fc_score_modf *m, float u, float t, float dist) {
+    return fc_score_stepf(FC_SCORE_ALL, m, u, t, dist);
+}
+static inline FC_HOST_DEVICE double fc_score(const fc_score_mod *m, double u, double t, double dist) {
+    return fc_score_step(FC_SCORE_ALL, m, u, t, dist);
+}
 static inline FC_HOST_DEVICE float fc_score_dgradf(const fc_score_modf *m, float t) {
-    return m->cap != 0.0f ? 1.0f - t * t : 1.0f;
+    return fc_score_step_dgradf(FC_SCORE_ALL, m, t);
 }
 static inline FC_HOST_DEVICE double fc_score_dgrad(const fc_score_mod *m, double t) {
-    return m->cap != 0.0 ? 1.0 - t * t : 1.0;
+    return fc_score_step_dgrad(FC_SCORE_ALL, m, t);
 }
 
 /* The same pipeline factored as  fc_scoref = outer · inner,  for kernels that
@@ -124,10 +232,21 @@ static inline FC_HOST_DEVICE fc_score_foldf fc_score_fold(const fc_score_modf *m
     f.slope = f.outer != 0.0f ? m->slope / f.outer : 0.0f;
     return f;
 }
-/* inner from the raw dot, t = tanh(dot·qk_mul) (read only when capped). */
+/* inner from the raw dot, t = tanh(dot·qk_mul) (read when
+ * FC_SCORE_NEEDS_TANH(v)), variant v as fc_score_stepf. */
+static inline FC_HOST_DEVICE float fc_score_inner_stepf(int v, const fc_score_foldf *f, float dot, float t,
+                                                        float dist) {
+    float s = dot;
+    if (FC_SCORE_ON(v, FC_SCORE_CAP, f->capped)) s = t;
+    if (v & FC_SCORE_ALIBI) s = s - f->slope * (dist < 0.0f ? -dist : dist);
+    return s;
+}
+/* ... the mode a factored step runs (fc_score_fold of one head). */
+static inline FC_HOST_DEVICE int fc_score_fold_mode(const fc_score_foldf *f) {
+    return (f->capped ? FC_SCORE_CAP : 0) | (f->slope != 0.0f ? FC_SCORE_ALIBI : 0);
+}
 static inline FC_HOST_DEVICE float fc_score_innerf(const fc_score_foldf *f, float dot, float t, float dist) {
-    const float s = f->capped ? t : dot;
-    return s - f->slope * (dist < 0.0f ? -dist : dist);
+    return fc_score_inner_stepf(FC_SCORE_ALL, f, dot, t, dist);
 }
 
 #endif /* FLASHC_COMMON_ATTN_SCORE_H */

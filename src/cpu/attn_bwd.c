@@ -48,7 +48,7 @@
  * P and dS' rounded to bf16 for dV, dK, dQ; fp32 sums throughout.
  */
 #include "attn_bwd.h"
-#include "common/knobs.h"
+#include "plan.h"
 
 #include <math.h>
 #include <omp.h>
@@ -57,11 +57,13 @@
 
 enum { BR = FC_BWD_BR, BC = FC_BWD_BC };
 
-static const fc_bwd_kern *pick_kernels(int dtype) {
-    if (dtype == FLASHC_F64) return &fc_bwd_scalar_f64;
-    switch (fc_cpu_isa_level()) {
-    case FC_ISA_AVX512: return &fc_bwd_avx512_f32;
-    case FC_ISA_AVX2: return &fc_bwd_avx2_f32;
+/* The microkernel table of a path (plan.h: fc_plan_bwd chooses). */
+static const fc_bwd_kern *path_kernels(fc_bwd_path path) {
+    switch (path) {
+    case FC_BWD_SCALAR_F64: return &fc_bwd_scalar_f64;
+    case FC_BWD_AVX512BF16: /* the AVX-512 table, its tile GEMMs on vdpbf16ps (ctx.bf) */
+    case FC_BWD_AVX512: return &fc_bwd_avx512_f32;
+    case FC_BWD_AVX2: return &fc_bwd_avx2_f32;
     default: return &fc_bwd_scalar_f32;
     }
 }
@@ -567,13 +569,41 @@ static void sink_grad(const bwd_ctx *c) {
 }
 
 /* ---------------------------------------------------------------- driver */
+/* t [B, S, H, D] (strides st) = 0. */
+static void zero4(int dtype, void *t, const int64_t st[4], int64_t B, int64_t S, int64_t H, int64_t D) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bs = 0; bs < B * S; ++bs)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t o = (bs / S) * st[0] + (bs % S) * st[1] + h * st[2];
+            for (int64_t d = 0; d < D; ++d) st_elem(dtype, t, o + d * st[3], 0.0);
+        }
+}
+
+/* Sq = 0 or Sk = 0: no (i, j) pair, so every gradient is 0 (Δ_i = 0 too:
+ * with Sk = 0 no row sees a key). Written directly, with no loop over the
+ * B·Hq rows of an empty side. */
+static flashc_status bwd_empty(const fc_attn *a) {
+    if (a->Sk == 0) zero4(a->dtype, a->dq, a->sdq, a->B, a->Sq, a->Hq, a->D);
+    if (a->Sq == 0) {
+        zero4(a->dtype, a->dk, a->sdk, a->B, a->Sk, a->Hkv, a->D);
+        zero4(a->dtype, a->dv, a->sdv, a->B, a->Sk, a->Hkv, a->D);
+    }
+    if (a->sink_logits && a->dsinks)
+        for (int64_t h = 0; h < a->Hq; ++h) st_elem(a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32, a->dsinks,
+                                                    h * a->sdsink, 0.0);
+    return FLASHC_OK;
+}
+
 flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
+    if (a->Sq == 0 || a->Sk == 0) return bwd_empty(a);
     bwd_ctx ctx;
     bwd_ctx *c = &ctx;
     c->a = a;
-    c->kk = pick_kernels(a->dtype);
+    const fc_cpu_env env = fc_cpu_env_read();
+    const fc_bwd_plan plan = fc_plan_bwd(a, &env, BC, (a->D + FC_BWD_NPAD - 1) / FC_BWD_NPAD * FC_BWD_NPAD);
+    c->kk = path_kernels(plan.path);
     c->esz = c->kk->esz;
-    c->bf = a->dtype == FLASHC_BF16 && c->kk == &fc_bwd_avx512_f32 && fc_cpu_has_avx512bf16();
+    c->bf = plan.path == FC_BWD_AVX512BF16;
     c->mask = fc_attn_mask(a);
     c->sp = fc_attn_score(a);
     c->G = a->Hq / a->Hkv;
@@ -586,31 +616,28 @@ flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
     void *L = malloc(lbytes), *delta = malloc(lbytes);
     const int nthr = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
     const size_t per = scratch_bytes(c);
-    char *scratch = aligned_alloc(64, per * (size_t)nthr);
+    char *scratch = (L && delta) ? aligned_alloc(64, per * (size_t)nthr) : NULL;
     if (!L || !delta || !scratch) {
         free(L);
         free(delta);
         free(scratch);
+        if (!L || !delta)
+            return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY,
+                                "attention backward: cannot allocate the %s staging buffer (%zu bytes)",
+                                !L ? "L" : "Delta", lbytes);
         return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY,
-                            "attention backward: cannot allocate %zu bytes of scratch",
-                            2 * lbytes + per * (size_t)nthr);
+                            "attention backward: cannot allocate the per-thread scratch (%d x %zu bytes)", nthr,
+                            per);
     }
     c->L = L;
     c->delta = delta;
 
-    /* Fused mode (5 tile GEMMs instead of 7) when the dQ partials fit in
-     * FUSED_MAX_BYTES. The chunk count depends on the shape only — never on
-     * the thread count — so the summation order, and the result, is fixed. */
-    enum { FUSED_TASKS = 16 };
-    const double FUSED_MAX_BYTES = 1024.0 * 1024 * 1024;
-    int64_t nch = (FUSED_TASKS + a->B * a->Hkv - 1) / (a->B * a->Hkv);
-    if (nch > c->nkb) nch = c->nkb;
-    if (nch < 1) nch = 1;
-    c->nchunk = nch;
+    /* The schedule (fc_plan_bwd): fused when the dQ partials fit, with a
+     * chunk count that depends on the shape only, so the result is fixed. */
+    c->nchunk = plan.nchunk;
     c->dqp = NULL;
-    /* FLASHC_CPU_BWD=twopass (common/knobs.h) forces the two-pass mode (tests, benchmarks). */
-    if (!fc_knob_cpu_bwd_twopass() && c->nkb > 0 && (double)nch * (double)nrows * (double)c->Dp * (double)c->esz <= FUSED_MAX_BYTES)
-        c->dqp = malloc((size_t)nch * nrows * (size_t)c->Dp * c->esz); /* NULL: two-pass mode */
+    if (plan.sched == FC_BWD_FUSED)
+        c->dqp = malloc((size_t)c->nchunk * nrows * (size_t)c->Dp * c->esz); /* NULL: two-pass mode */
 
     /* An Inf/NaN in q or dO (the b of dK, dV) or in k (the b of dQ) would
      * reach invisible pairs through the products' zeros (0·NaN): those

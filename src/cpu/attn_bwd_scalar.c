@@ -105,53 +105,40 @@ static void pack_f64(int dtype, const void *src, int64_t rs, int64_t cs, int row
         *s = p;                                                                             \
         *dp = scale * DGRAD(m, t) * p * (*dp - dlr);                                        \
     }                                                                                       \
-    static void ew_q_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
-                           const void *L_, const void *dl_, const fc_bwd_score *sc,         \
-                           const int32_t *se, const int32_t *lo, const int32_t *hi) {       \
+    /* The tile (attn_bwd.h ew_q / ew_k): rows = queries (kt = 0) or keys (kt = 1). */      \
+    static void ew_tile_##SUF(int kt, int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,\
+                              const void *L_, const void *dl_, const fc_bwd_score *sc,      \
+                              const int32_t *se, const int32_t *lo, const int32_t *hi) {    \
         T *s = (T *)s_, *dp = (T *)dp_;                                                     \
         const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)sc->scale;             \
         const MODT m = MODOF(sc->mod);                                                      \
         const int plain = fc_bwd_score_plain(sc);                                           \
         for (int r = 0; r < rows; ++r) {                                                    \
             T *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;                    \
-            if (plain) {                                                                    \
-                for (int c = 0; c < ncols; ++c) {                                           \
-                    const int vis = FC_KEY_VISIBLE(se[r], lo[r], hi[r], c);                 \
-                    const T p = vis ? EXP(m.qk_mul * sr[c] - L[r]) : (T)0;                  \
+            const double d0 = kt ? sc->dist0 - r : sc->dist0 + r;                           \
+            for (int c = 0; c < ncols; ++c) {                                               \
+                const int q = kt ? c : r, key = kt ? r : c; /* query's L, Δ, visibility */  \
+                const int vis = FC_KEY_VISIBLE(se[q], lo[q], hi[q], key);                   \
+                if (plain) {                                                                \
+                    const T p = vis ? EXP(m.qk_mul * sr[c] - L[q]) : (T)0;                  \
                     sr[c] = p;                                                              \
-                    dr[c] = vis ? scale * p * (dr[c] - dl[r]) : (T)0;                       \
+                    dr[c] = vis ? scale * p * (dr[c] - dl[q]) : (T)0;                       \
+                } else {                                                                    \
+                    ew_elem_##SUF(sr + c, dr + c, vis, L[q], dl[q], scale, &m,              \
+                                  (T)(kt ? d0 + c : d0 - c));                               \
                 }                                                                           \
-                continue;                                                                   \
             }                                                                               \
-            const double d0 = sc->dist0 + r;                                                \
-            for (int c = 0; c < ncols; ++c)                                                 \
-                ew_elem_##SUF(sr + c, dr + c, FC_KEY_VISIBLE(se[r], lo[r], hi[r], c), L[r], \
-                              dl[r], scale, &m, (T)(d0 - c));                               \
         }                                                                                   \
     }                                                                                       \
-    static void ew_k_##SUF(int rows, int ncols, void *s_, void *dp_, ptrdiff_t ld,         \
-                           const void *L_, const void *dl_, const fc_bwd_score *sc,         \
-                           const int32_t *se, const int32_t *lo, const int32_t *hi) {       \
-        T *s = (T *)s_, *dp = (T *)dp_;                                                     \
-        const T *L = (const T *)L_, *dl = (const T *)dl_, scale = (T)sc->scale;             \
-        const MODT m = MODOF(sc->mod);                                                      \
-        const int plain = fc_bwd_score_plain(sc);                                           \
-        for (int r = 0; r < rows; ++r) {                                                    \
-            T *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;                    \
-            if (plain) {                                                                    \
-                for (int c = 0; c < ncols; ++c) {                                           \
-                    const int vis = FC_KEY_VISIBLE(se[c], lo[c], hi[c], r);                 \
-                    const T p = vis ? EXP(m.qk_mul * sr[c] - L[c]) : (T)0;                  \
-                    sr[c] = p;                                                              \
-                    dr[c] = vis ? scale * p * (dr[c] - dl[c]) : (T)0;                       \
-                }                                                                           \
-                continue;                                                                   \
-            }                                                                               \
-            const double d0 = sc->dist0 - r;                                                \
-            for (int c = 0; c < ncols; ++c)                                                 \
-                ew_elem_##SUF(sr + c, dr + c, FC_KEY_VISIBLE(se[c], lo[c], hi[c], r), L[c], \
-                              dl[c], scale, &m, (T)(d0 + c));                               \
-        }                                                                                   \
+    static void ew_q_##SUF(int rows, int ncols, void *s, void *dp, ptrdiff_t ld, const void *L,\
+                           const void *dl, const fc_bwd_score *sc, const int32_t *se,       \
+                           const int32_t *lo, const int32_t *hi) {                          \
+        ew_tile_##SUF(0, rows, ncols, s, dp, ld, L, dl, sc, se, lo, hi);                    \
+    }                                                                                       \
+    static void ew_k_##SUF(int rows, int ncols, void *s, void *dp, ptrdiff_t ld, const void *L,\
+                           const void *dl, const fc_bwd_score *sc, const int32_t *se,       \
+                           const int32_t *lo, const int32_t *hi) {                          \
+        ew_tile_##SUF(1, rows, ncols, s, dp, ld, L, dl, sc, se, lo, hi);                    \
     }
 
 #define FC_MOD_ID(m) (m)

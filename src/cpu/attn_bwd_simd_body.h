@@ -104,16 +104,16 @@ static void FN(gemm_vis)(int M, int N, int K, const void *a, ptrdiff_t ars, ptrd
  * log2 units (L = log2(e)·lse): P = 2^(x − L), x = fc_vf_scoref_t(mode, u,
  * …) with u = qk·s; the backward line: dS' = scale·(1 − t²)·P·(dP − Δ)
  * (softcap) or scale·P·(dP − Δ). mode is compile-time (simd_score.h):
- * FC_VS_PLAIN is today's two-instruction score, x − L = fms(qk, s, L). */
+ * FC_SCORE_PLAIN is today's two-instruction score, x − L = fms(qk, s, L). */
 FC_SI void FN(ew_vec)(float *sp, float *dpp, fc_vf L, fc_vf dl, fc_vf qk, fc_vf sc, fc_vm vis, const int mode,
                       fc_vf cap, fc_vf slope, fc_vf dist) {
     fc_vf xl, g = sc;
-    if (mode == FC_VS_PLAIN) {
+    if (mode == FC_SCORE_PLAIN) {
         xl = fc_vf_fms(qk, fc_vf_load(sp), L);
     } else {
         fc_vf t = fc_vf_zero();
         xl = fc_vf_sub(fc_vf_scoref_t(mode, fc_vf_mul(qk, fc_vf_load(sp)), cap, slope, dist, &t), L);
-        if (mode & FC_VS_CAP) g = fc_vf_mul(sc, fc_vf_score_dgradf(mode, t));
+        if (FC_SCORE_NEEDS_TANH(mode)) g = fc_vf_mul(sc, fc_vf_score_dgradf(mode, t));
     }
     const fc_vf p = fc_vf_keep(vis, fc_vf_exp2(xl));
     const fc_vf ds = fc_vf_mul(fc_vf_mul(g, p), fc_vf_sub(fc_vf_load(dpp), dl));
@@ -136,7 +136,7 @@ FC_SI void FN(ew_q_body)(const int mode, int rows, int ncols, float *s, float *d
         const double d0 = sc->dist0 + r;
         for (int c0 = 0; c0 < ncols; c0 += FC_VF_W) {
             const fc_vm vis = fc_vm_key_visible(vse, vlo, vhi, fc_vi_add(fc_vi_iota(), fc_vi_set1(c0)));
-            const fc_vf dist = (mode & FC_VS_ALIBI) ? fc_vf_sub(fc_vf_set1((float)(d0 - c0)), fc_vf_iota()) : fc_vf_zero();
+            const fc_vf dist = FC_SCORE_NEEDS_DIST(mode) ? fc_vf_sub(fc_vf_set1((float)(d0 - c0)), fc_vf_iota()) : fc_vf_zero();
             FN(ew_vec)(sr + c0, dr + c0, Lr, dlr, qk, vsc, vis, mode, cap, slope, dist);
         }
     }
@@ -157,31 +157,29 @@ FC_SI void FN(ew_k_body)(const int mode, int rows, int ncols, float *s, float *d
         for (int r = 0; r < rows; ++r) {
             float *sr = s + (ptrdiff_t)r * ld, *dr = dp + (ptrdiff_t)r * ld;
             const fc_vm vis = fc_vm_key_visible(vse, vlo, vhi, fc_vi_set1(r));
-            const fc_vf dist = (mode & FC_VS_ALIBI) ? fc_vf_add(fc_vf_set1((float)(sc->dist0 - r + c0)), fc_vf_iota())
-                                                    : fc_vf_zero();
+            const fc_vf dist = FC_SCORE_NEEDS_DIST(mode) ? fc_vf_add(fc_vf_set1((float)(sc->dist0 - r + c0)), fc_vf_iota())
+                                                       : fc_vf_zero();
             FN(ew_vec)(sr + c0, dr + c0, Lc, dlc, qk, vsc, vis, mode, cap, slope, dist);
         }
     }
 }
 
 /* One branch per tile on the steps this head needs (a head whose ALiBi
- * slope is 0 has none); each mode is its own straight-line loop. */
-#define FC_BWD_EW(NAME)                                                                                   \
+ * slope is 0 has none); each variant is its own straight-line loop. */
+#define FC_BWD_EW_Q(v) FN(ew_q_body)((v), rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi)
+#define FC_BWD_EW_K(v) FN(ew_k_body)((v), rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi)
+#define FC_BWD_EW(NAME, CALL)                                                                             \
     static void FN(NAME)(int rows, int ncols, void *s, void *dp, ptrdiff_t ld, const void *L, const void *dl, \
                          const fc_bwd_score *sc, const int32_t *se, const int32_t *lo, const int32_t *hi) {   \
         float *fs = (float *)s, *fd = (float *)dp;                                                        \
         const float *fL = (const float *)L, *fl = (const float *)dl;                                      \
-        const int mode = (sc->mod.cap != 0.0 ? FC_VS_CAP : 0) | (sc->mod.slope != 0.0 ? FC_VS_ALIBI : 0); \
-        switch (mode) {                                                                                   \
-        case FC_VS_PLAIN: FN(NAME##_body)(FC_VS_PLAIN, rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi); break; \
-        case FC_VS_CAP: FN(NAME##_body)(FC_VS_CAP, rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi); break; \
-        case FC_VS_ALIBI: FN(NAME##_body)(FC_VS_ALIBI, rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi); break; \
-        default: FN(NAME##_body)(FC_VS_BOTH, rows, ncols, fs, fd, ld, fL, fl, sc, se, lo, hi); break;     \
-        }                                                                                                 \
+        FC_VSCORE_DISPATCH(fc_score_mode_of(&sc->mod), CALL);                                             \
     }
-FC_BWD_EW(ew_q)
-FC_BWD_EW(ew_k)
+FC_BWD_EW(ew_q, FC_BWD_EW_Q)
+FC_BWD_EW(ew_k, FC_BWD_EW_K)
 #undef FC_BWD_EW
+#undef FC_BWD_EW_K
+#undef FC_BWD_EW_Q
 
 /* ------------------------------------------------------------------- pack */
 /* Unit column stride (rows of D contiguous) in F32/F16/BF16: vector

@@ -24,17 +24,18 @@
 #define FLASHC_CPU_ATTN_FWD_H
 
 #include "flashc_internal.h"
-#include "common/knobs.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-/* Per-path entry points; fc_cpu_attn_fwd (attn_fwd.c) picks one. */
+/* Per-path entry points; fc_plan_fwd (plan.h) picks one. */
 flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a);
-flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a); /* F64: every ISA */
-flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);   /* F32, F16, BF16 */
-flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a); /* F32, F16, BF16 */
-flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);  /* BF16 on vdpbf16ps */
+flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a);    /* F64: every ISA */
+flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a);      /* F32, F16, BF16 */
+flashc_status fc_attn_fwd_avx2_decode(const fc_attn *a);   /* few query rows */
+flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a);    /* F32, F16, BF16 */
+flashc_status fc_attn_fwd_avx512_decode(const fc_attn *a); /* few query rows */
+flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);    /* BF16 on vdpbf16ps */
 
 /* Work list: item t is (outer index, block index); cost = visible keys of
  * the block's union times its rows. Sorted heaviest first so that the
@@ -104,6 +105,38 @@ static inline void fc_fwd_rows_alibi(const fc_score_params *sp, int64_t b, int64
     }
 }
 
+/* The seam's view of one row block of the grouped layout (rows r0 + r,
+ * r < nr, of batch b and kv head hk; br rows with padding), shared by the
+ * SIMD bodies: se/lo/hi receive the visible key ranges of the block's query
+ * positions ia..ia+np−1, keys the keys some row sees (fc_block_keysegs); the
+ * score variant and its constants in log2 units (qk_mul and cap are the same
+ * for every head, the slope is per head, so per row: slope/ioff, written
+ * only when the variant reads the ALiBi distance). */
+typedef struct fc_fwd_rows {
+    int64_t ia;
+    int np;
+    int mode;           /* fc_score_mode: the variant, dispatched per tile */
+    fc_score_modf mod;  /* log2 units */
+    fc_keysegs keys;
+} fc_fwd_rows;
+
+static inline fc_fwd_rows fc_fwd_rows_setup(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int nr, int br,
+                                            int64_t *se, int64_t *lo, int64_t *hi, float *slope, float *ioff) {
+    fc_fwd_rows w = {0}; /* unused key segments zeroed */
+    const int64_t G = a->Hq / a->Hkv;
+    const fc_mask mk = fc_attn_mask(a);
+    const int64_t ib = (r0 + nr - 1) / G;
+    w.ia = r0 / G;
+    w.np = (int)(ib - w.ia + 1);
+    for (int p = 0; p < w.np; ++p) fc_visible_keys(&mk, w.ia + p, &se[p], &lo[p], &hi[p]);
+    fc_block_keysegs(&mk, w.ia, ib, &w.keys);
+    const fc_score_params sp = fc_attn_score(a);
+    w.mode = fc_score_mode(&sp);
+    w.mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
+    if (FC_SCORE_NEEDS_DIST(w.mode)) fc_fwd_rows_alibi(&sp, b, hk, G, r0, nr, br, FC_LOG2E, slope, ioff);
+    return w;
+}
+
 /* Prefetches (into L2) the K and V rows [j1, n1) of kv head hk, batch b,
  * for the next tile; only for unit d-strides (rows are contiguous). */
 static inline void fc_prefetch_kv(const fc_attn *a, int64_t b, int64_t hk, int64_t j1, int64_t n1, size_t esz) {
@@ -124,14 +157,5 @@ typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t
 /* Runs block over every (b, kv head, row block of br rows) under OpenMP,
  * heaviest first, with a zeroed scratch of scratch_floats floats per thread. */
 flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_floats, fc_fwd_block_fn block);
-
-/* The SIMD paths take the decode path (attn_fwd_decode_body.h: keys on the
- * lanes) when a (b, kv head) has at most this many query rows Sq·G.
- * FLASHC_CPU_DECODE_ROWS=n overrides the ISA's default (0 = never; capped
- * at 64), read at every call so that tests can drive both paths. */
-static inline int64_t fc_decode_rows_max(int64_t dflt) {
-    const long n = fc_knob_cpu_decode_rows(); /* common/knobs.h */
-    return n == FC_KNOB_AUTO ? dflt : (int64_t)n;
-}
 
 #endif /* FLASHC_CPU_ATTN_FWD_H */

@@ -26,11 +26,7 @@
 #define FC_DEC_ROWBLK 2
 #include "attn_fwd_decode_body.h"
 
-/* Rows per (b, kv head) up to which the decode path is faster (measured,
- * benchmarks/NOTES.md "CPU decode"). */
-#define FC_DEC_ROWS_DEFAULT 8
-
-flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a) {
-    if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);
-    return FN(run)(a);
-}
+/* The plan (plan.h) picks between the two: the decode path for few query
+ * rows per (b, kv head). */
+flashc_status fc_attn_fwd_avx2_f32(const fc_attn *a) { return FN(run)(a); }
+flashc_status fc_attn_fwd_avx2_decode(const fc_attn *a) { return FN(dec_run)(a); }

@@ -11,7 +11,7 @@
  * the per-thread scratch is ~600 KB, inside the 1 MB L2.
  *
  * BF16 on a CPU with AVX512_BF16 goes to attn_fwd_avx512bf16.c instead
- * (bf16 dot products), except on the decode path. */
+ * (bf16 dot products), except on the decode path (plan.h). */
 #include "attn_fwd.h"
 #include "simd_avx512.h"
 #include "simd_score.h"
@@ -31,12 +31,7 @@
 #define FC_DEC_ROWBLK 4
 #include "attn_fwd_decode_body.h"
 
-/* Rows per (b, kv head) up to which the decode path is faster (measured,
- * benchmarks/NOTES.md "CPU decode"). */
-#define FC_DEC_ROWS_DEFAULT 16
-
-flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) {
-    if (a->Sq * (a->Hq / a->Hkv) <= fc_decode_rows_max(FC_DEC_ROWS_DEFAULT)) return FN(dec_run)(a);
-    if (a->dtype == FLASHC_BF16 && fc_cpu_has_avx512bf16()) return fc_attn_fwd_avx512bf16(a);
-    return FN(run)(a);
-}
+/* The plan (plan.h) picks between the two: the decode path for few query
+ * rows per (b, kv head). */
+flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a) { return FN(run)(a); }
+flashc_status fc_attn_fwd_avx512_decode(const fc_attn *a) { return FN(dec_run)(a); }

@@ -3,7 +3,7 @@
  * bf16 × bf16 is exact in fp32), the online softmax in fp32 as in
  * attn_fwd_body.h, P rounded to bf16 (nearest-even) before P·V as
  * FlashAttention and the CUDA backend do. Built with the AVX-512 flags plus
- * -mavx512bf16; taken by fc_attn_fwd_avx512_f32 for BF16 when cpuid reports
+ * -mavx512bf16; taken by the plan (plan.h) for BF16 when cpuid reports
  * AVX512_BF16 (src/cpu/isa.c) and the call is not decode-sized.
  *
  * Same blocking and layout as attn_fwd_body.h (lanes = query rows, blocks of
@@ -263,18 +263,14 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     float *tmp = (float *)(hil + FC_BR);         /* (VW, dp) rows being transposed */
     uint16_t *rbuf = (uint16_t *)(tmp + FC_VF_W * dp); /* (2, dp) gathered strided rows */
 
-    const fc_mask mk = fc_attn_mask(a);
-    const int64_t ia = r0 / G, ib = (r0 + nr - 1) / G;
-    const int np = (int)(ib - ia + 1);
+    /* Query positions ia..ia+np−1 of the block, their visible ranges, the
+     * keys the block sees, the score variant (fc_fwd_rows_setup). */
     int64_t se[FC_BR], lo[FC_BR], hi[FC_BR];
-    for (int p = 0; p < np; ++p) fc_visible_keys(&mk, ia + p, &se[p], &lo[p], &hi[p]);
-
-    /* The score pipeline in log2 units, as attn_fwd_body.h; mod.qk_mul is
-     * applied to S in fp32 (so Q is not rounded a second time). */
-    const fc_score_params sp = fc_attn_score(a);
-    const int mode = fc_vscore_mode(&sp);
-    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
-    if (mode & FC_VS_ALIBI) fc_fwd_rows_alibi(&sp, b, hk, G, r0, nr, FC_BR, FC_LOG2E, slope, ioff);
+    const fc_fwd_rows rw = fc_fwd_rows_setup(a, b, hk, r0, nr, FC_BR, se, lo, hi, slope, ioff);
+    const int64_t ia = rw.ia;
+    const int np = rw.np, mode = rw.mode;
+    const fc_score_modf mod = rw.mod;
+    /* mod.qk_mul is applied to S in fp32 (so Q is not rounded a second time). */
 
     const uint16_t *q = (const uint16_t *)a->q, *k = (const uint16_t *)a->k, *v = (const uint16_t *)a->v;
     /* Qt: 16 rows at a time are copied as bf16 into tmp (zero past D and for
@@ -302,8 +298,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
 
     /* K rows are read in place when a pair never straddles the row's end. */
     const int k_inplace = a->sk[3] == 1 && D % 2 == 0;
-    fc_keysegs ks;
-    fc_block_keysegs(&mk, ia, ib, &ks);
+    const fc_keysegs ks = rw.keys;
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];

@@ -206,19 +206,13 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     int32_t *hil = lol + FC_BR;                /*   FC_KEY_VISIBLE(sel, lol, hil, j) */
     float *tmp = (float *)(hil + FC_BR);    /* (VW, dp) rows being converted */
 
-    /* Query positions of the block: ia..ib, visible ranges per position. */
-    const fc_mask mk = fc_attn_mask(a);
-    const int64_t ia = r0 / G, ib = (r0 + nr - 1) / G;
-    const int np = (int)(ib - ia + 1);
+    /* Query positions ia..ia+np−1 of the block, their visible ranges, the
+     * keys the block sees, the score variant (fc_fwd_rows_setup). */
     int64_t se[FC_BR], lo[FC_BR], hi[FC_BR];
-    for (int p = 0; p < np; ++p) fc_visible_keys(&mk, ia + p, &se[p], &lo[p], &hi[p]);
-
-    /* The score pipeline in log2 units: qk_mul and cap are the same for
-     * every head, the slope is per head, so per row. */
-    const fc_score_params sp = fc_attn_score(a);
-    const int mode = fc_vscore_mode(&sp);
-    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
-    if (mode & FC_VS_ALIBI) fc_fwd_rows_alibi(&sp, b, hk, G, r0, nr, FC_BR, FC_LOG2E, slope, ioff);
+    const fc_fwd_rows rw = fc_fwd_rows_setup(a, b, hk, r0, nr, FC_BR, se, lo, hi, slope, ioff);
+    const int64_t ia = rw.ia;
+    const int np = rw.np, mode = rw.mode;
+    const fc_score_modf mod = rw.mod;
 
     const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
     /* Qt: FC_VF_W rows at a time are converted into tmp, then transposed in
@@ -247,8 +241,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
 
     const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1;
     const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % FC_PV_DBLOCK == 0;
-    fc_keysegs ks;
-    fc_block_keysegs(&mk, ia, ib, &ks);
+    const fc_keysegs ks = rw.keys;
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];

@@ -195,7 +195,7 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
     /* The score pipeline in log2 units (attn_score.h); qk_mul and cap are
      * the same for every head, the slope is per head. */
     const fc_score_params sp = fc_attn_score(a);
-    const int mode = fc_vscore_mode(&sp);
+    const int mode = fc_score_mode(&sp);
     const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
 
     for (int64_t r = 0; r < R; ++r) {
@@ -260,7 +260,7 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
 #define FC_DEC_SCORES(md)                                                                                  \
     FN(dec_scores)((md), a, R, G, q, dpp, kr, dp, hbuf, kind, j0, nb, se, lo, hi, mod.cap, slope, ioff, pb, \
                    alpha, m, l)
-            FC_VSCORE_DISPATCH(mode, FC_DEC_SCORES)
+            FC_VSCORE_DISPATCH(mode, FC_DEC_SCORES);
 #undef FC_DEC_SCORES
             /* A row's P is 0 on the keys of a partial chunk it does not
              * see; should V hold an inf or NaN there, 0·inf must not

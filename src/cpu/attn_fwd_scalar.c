@@ -38,14 +38,7 @@ static inline void fc_scalar_store(void *base, int64_t off, int dtype, double x)
 #define MOD_OF(m) fc_score_modf_of(m)
 #define SCORE(mod, u, t, dist) fc_scoref((mod), (u), (t), (dist))
 #define FN(x) fc_scalar_f32_##x
-#include "attn_fwd_scalar_body.h"
-#undef REAL
-#undef EXPR
-#undef TANHR
-#undef MODT
-#undef MOD_OF
-#undef SCORE
-#undef FN
+#include "attn_fwd_scalar_body.h" /* undefines its parameters */
 
 #define REAL double
 #define EXPR exp
@@ -54,14 +47,7 @@ static inline void fc_scalar_store(void *base, int64_t off, int dtype, double x)
 #define MOD_OF(m) (m)
 #define SCORE(mod, u, t, dist) fc_score((mod), (u), (t), (dist))
 #define FN(x) fc_scalar_f64_##x
-#include "attn_fwd_scalar_body.h"
-#undef REAL
-#undef EXPR
-#undef TANHR
-#undef MODT
-#undef MOD_OF
-#undef SCORE
-#undef FN
+#include "attn_fwd_scalar_body.h" /* undefines its parameters */
 
 flashc_status fc_attn_fwd_scalar_f32(const fc_attn *a) { return fc_scalar_f32_run(a); }
 flashc_status fc_attn_fwd_scalar_f64(const fc_attn *a) { return fc_scalar_f64_run(a); }

@@ -4,8 +4,8 @@
  * oracle) and REAL = double (F64 on every ISA). No include guard: it is
  * included once per instantiation, with REAL, EXPR (exp for REAL), TANHR
  * (tanh for REAL), SCORE(mod, u, t, dist) (fc_scoref or fc_score on the
- * fc_score_modf / fc_score_mod held in a MODT) and FN(x) (name mangling)
- * defined.
+ * fc_score_modf / fc_score_mod held in a MODT, made by MOD_OF(mod)) and
+ * FN(x) (name mangling) defined; it undefines them at its end.
  *
  * A work item is (b, h, block of SBR query rows); K and V tiles of SBC keys
  * are converted into REAL scratch, then S = Q·Kᵀ, the score pipeline
@@ -159,3 +159,11 @@ static flashc_status FN(run)(const fc_attn *a) {
     free(work);
     return FLASHC_OK;
 }
+
+#undef REAL
+#undef EXPR
+#undef TANHR
+#undef MODT
+#undef MOD_OF
+#undef SCORE
+#undef FN

@@ -9,8 +9,8 @@
  * exactly as fc_scoref (a product, then a difference: no fused rounding),
  * with dist = i + Sk − Sq − j, exact in fp32 while |i + Sk − Sq| and j stay
  * below 2^24. The mode (which steps run) is a compile-time argument: call
- * these from a switch over fc_vscore_mode(), so that each combination is its
- * own straight-line code and FC_VS_PLAIN costs nothing.
+ * these through FC_VSCORE_DISPATCH, so that each combination is its own
+ * straight-line code and FC_SCORE_PLAIN costs nothing.
  */
 #ifndef FLASHC_CPU_SIMD_SCORE_H
 #define FLASHC_CPU_SIMD_SCORE_H
@@ -19,35 +19,25 @@
 #error "include simd_avx2.h or simd_avx512.h before simd_score.h"
 #endif
 
-enum { FC_VS_PLAIN = 0, FC_VS_CAP = 1, FC_VS_ALIBI = 2, FC_VS_BOTH = 3 };
-
-/* Which per-element steps problem p needs. */
-static inline int fc_vscore_mode(const fc_score_params *p) {
-    return (p->softcap > 0.0 ? FC_VS_CAP : 0) | (p->alibi ? FC_VS_ALIBI : 0);
-}
-
-/* Runs CALL(m) with m the compile-time constant equal to mode: the one
- * place that lists the modes, so that a kernel templated on the mode
- * (attn_fwd_decode_body.h, fc_vtile_score_rows_any) never does. */
-#define FC_VSCORE_DISPATCH(mode, CALL)             \
-    switch (mode) {                               \
-    case FC_VS_PLAIN: CALL(FC_VS_PLAIN); break;   \
-    case FC_VS_CAP: CALL(FC_VS_CAP); break;       \
-    case FC_VS_ALIBI: CALL(FC_VS_ALIBI); break;   \
-    default: CALL(FC_VS_BOTH); break;             \
-    }
+/* The vector steps below run every step their variant names (no run-time
+ * check): they take the exact variants of FC_SCORE_VARIANTS (attn_score.h),
+ * dispatched per tile by FC_VSCORE_DISPATCH on fc_score_mode(p) or
+ * fc_score_mode_of(mod). */
+_Static_assert(FC_SCORE_LIST_N(FC_SCORE_VARIANTS) == 1 << FC_SCORE_NBITS,
+               "simd_score.h: FC_SCORE_VARIANTS must list every combination exactly");
+#define FC_VSCORE_DISPATCH(mode, CALL) FC_SCORE_DISPATCH(FC_SCORE_VARIANTS, mode, CALL)
 
 /* fc_scoref lane-wise. u: lanes of qk_mul·<q, k>; cap: U·softcap
  * (broadcast); slope: U·slope per lane; dist: i + Sk − Sq − j per lane.
- * *t receives tanh(u) when mode has FC_VS_CAP (for the backward's
+ * *t receives tanh(u) when mode has FC_SCORE_CAP (for the backward's
  * fc_score_dgradf), else is left alone. */
 FC_SI fc_vf fc_vf_scoref_t(int mode, fc_vf u, fc_vf cap, fc_vf slope, fc_vf dist, fc_vf *t) {
     fc_vf s = u;
-    if (mode & FC_VS_CAP) {
+    if (FC_SCORE_NEEDS_TANH(mode)) {
         *t = fc_vf_tanh(u);
         s = fc_vf_mul(cap, *t);
     }
-    if (mode & FC_VS_ALIBI) s = fc_vf_sub(s, fc_vf_mul(slope, fc_vf_abs(dist)));
+    if (FC_SCORE_NEEDS_DIST(mode)) s = fc_vf_sub(s, fc_vf_mul(slope, fc_vf_abs(dist)));
     return s;
 }
 FC_SI fc_vf fc_vf_scoref(int mode, fc_vf u, fc_vf cap, fc_vf slope, fc_vf dist) {
@@ -57,7 +47,7 @@ FC_SI fc_vf fc_vf_scoref(int mode, fc_vf u, fc_vf cap, fc_vf slope, fc_vf dist) 
 
 /* fc_score_dgradf lane-wise: 1 − t² with the softcap (t = tanh u), else 1. */
 FC_SI fc_vf fc_vf_score_dgradf(int mode, fc_vf t) {
-    return (mode & FC_VS_CAP) ? fc_vf_fnma(t, t, fc_vf_set1(1.0f)) : fc_vf_set1(1.0f);
+    return FC_SCORE_NEEDS_TANH(mode) ? fc_vf_fnma(t, t, fc_vf_set1(1.0f)) : fc_vf_set1(1.0f);
 }
 
 /* s where vis, −inf elsewhere (the mask step; whatever s holds, even NaN,
@@ -85,11 +75,11 @@ FC_SI fc_vf fc_vf_score_keys(int mode, fc_vf u, float cap, float slope, float io
 FC_SI void fc_vtile_score_rows(int mode, int partial, float *st, int64_t ld, int nb, int nrows, int64_t j0,
                                float cap, const float *slope, const float *ioff, const int32_t *sel,
                                const int32_t *lol, const int32_t *hil) {
-    if (mode == FC_VS_PLAIN && !partial) return;
+    if (mode == FC_SCORE_PLAIN && !partial) return;
     const fc_vf vcap = fc_vf_set1(cap);
     for (int rb = 0; rb < nrows; rb += FC_VF_W) {
-        const fc_vf sl = (mode & FC_VS_ALIBI) ? fc_vf_load(slope + rb) : fc_vf_zero();
-        const fc_vf io = (mode & FC_VS_ALIBI) ? fc_vf_sub(fc_vf_load(ioff + rb), fc_vf_set1((float)j0)) : fc_vf_zero();
+        const fc_vf sl = FC_SCORE_NEEDS_DIST(mode) ? fc_vf_load(slope + rb) : fc_vf_zero();
+        const fc_vf io = FC_SCORE_NEEDS_DIST(mode) ? fc_vf_sub(fc_vf_load(ioff + rb), fc_vf_set1((float)j0)) : fc_vf_zero();
         fc_vi vse = fc_vi_set1(0), vlo = vse, vhi = vse;
         if (partial) {
             vse = fc_vi_load(sel + rb);
@@ -105,7 +95,7 @@ FC_SI void fc_vtile_score_rows(int mode, int partial, float *st, int64_t ld, int
     }
 }
 
-/* fc_vtile_score_rows with a run-time mode: one instantiation per (mode, partial). */
+/* fc_vtile_score_rows with a run-time mode: one instantiation per (variant, partial). */
 static inline void fc_vtile_score_rows_any(int mode, int partial, float *st, int64_t ld, int nb, int nrows,
                                            int64_t j0, float cap, const float *slope, const float *ioff,
                                            const int32_t *sel, const int32_t *lol, const int32_t *hil) {
@@ -113,9 +103,9 @@ static inline void fc_vtile_score_rows_any(int mode, int partial, float *st, int
 #define FC_VS_ROWS_PARTIAL(m) FC_VS_ROWS(m, 1)
 #define FC_VS_ROWS_FULL(m) FC_VS_ROWS(m, 0)
     if (partial) {
-        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_PARTIAL)
+        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_PARTIAL);
     } else {
-        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_FULL)
+        FC_VSCORE_DISPATCH(mode, FC_VS_ROWS_FULL);
     }
 #undef FC_VS_ROWS_FULL
 #undef FC_VS_ROWS_PARTIAL

@@ -15,7 +15,8 @@
  *                     dQ_i = scale Σ_j dS_ij k_j,
  *                     d s_h = Σ_{b,i} fc_dsink_term(s_h, L_i, Δ_i).
  * Everything in the exp2 domain: P = exp2(s − L·log2e) with s the log2-unit
- * logit (plain: s = qk·scale·log2e, one FFMA; MOD: score_l2, tc_common.cuh).
+ * logit (plain: s = qk·scale·log2e, one FFMA; modifiers: fcc_score_step,
+ * attn_score.cuh).
  * Entries a row cannot see get P = dS = 0 by selection (never a product with
  * 0), so a NaN/Inf score or dP of such a pair stays out of every sum.
  *
@@ -38,7 +39,8 @@
  *   4. deterministic: dQ per (query block of 64, head, batch), the forward's
  *      loop (K/V tiles double-buffered): S = QKᵀ, dP = dO Vᵀ, dS, dQ += dS K.
  *      No atomics anywhere, fixed order: bit-identical across runs.
- * MOD (template, chosen on the host from fcc_attn::plain_score): the score
+ * V (template): the score variant (attn_score.cuh, FCC_SCORE_FEW: plain or
+ * the catch-all, chosen on the host); MOD = V is not plain: the score
  * modifiers (softcap, ALiBi). Plain problems run the instantiation without
  * them, the code and speed of before.
  *
@@ -75,32 +77,12 @@ constexpr size_t dq_smem(int HD) { return (size_t)(2 * BM + 4 * BN) * (HD + 8) *
  * +inf so that P = exp2(s − L·log2e) is 0 for it. */
 __device__ __forceinline__ float lse_l2(float L) { return L == -INFINITY ? INFINITY : L * FC_LOG2E_F; }
 
-/* Rows [row0, row0 + R) of a [*, D] slice (row stride rs) into smem rows of
- * pitch LD; rows ≥ nrows and columns ≥ D up to HD are zero-filled. */
+/* Rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch HD + 8
+ * (tc_common.cuh: load_rows), by this CTA's NT threads. */
 template <typename T, int HD, int R>
 __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t rs, int row0, int nrows,
                                           int D, bool vec, int tid) {
-    constexpr int CPR = HD / 8, LD = HD + 8;
-    if (vec) {
-#pragma unroll
-        for (int idx = tid; idx < R * CPR; idx += NT) {
-            const int r = idx / CPR, c = idx % CPR;
-            const bool ok = (row0 + r < nrows) && (c * 8 < D);
-            const T *src = ok ? g + (int64_t)(row0 + r) * rs + c * 8 : g;
-            cp_async16(smem_u32(s + r * LD + c * 8), src, ok);
-        }
-    } else {
-        for (int idx = tid; idx < R * CPR; idx += NT) {
-            const int r = idx / CPR, c = idx % CPR;
-            const bool rok = row0 + r < nrows;
-            const T *src = g + (int64_t)(row0 + r) * rs;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const int d = c * 8 + e;
-                s[r * LD + d] = (rok && d < D) ? src[d] : Ops<T>::from_f(0.f);
-            }
-        }
-    }
+    load_rows<T, HD, R, NT>(s, g, rs, row0, nrows, D, vec, tid);
 }
 
 /* Stores the (row, col..col+1) pair of fp32 values in T, dropping columns ≥ D. */
@@ -178,10 +160,11 @@ __device__ __forceinline__ void tile_ab(float (&acc)[HD / 8][4], const uint32_t 
  * row cannot see the key (or past iend) are 0 by selection, in acc too, and
  * their bits are cleared in vis. (J0 is a constant once the caller's loop is
  * unrolled.) */
-template <bool MOD, int NJ, int NC>
+template <int V, int NJ, int NC>
 __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_score_modf &mod, float (&acc)[NJ][4],
                                        float (&pv)[NC][4], int J0, const float *Lt, int i0, int iend, int key0,
                                        int t4, bool full, uint32_t &vis) {
+    constexpr bool MOD = V != FC_SCORE_PLAIN;
     /* ALiBi distance i + Sk − Sq − key of element (0, 0); the rest a constant offset. */
     const float dist0 = MOD ? (float)(int)fc_alibi_dist(&p.score, i0 + 2 * t4, key0) : 0.f;
 #pragma unroll
@@ -193,8 +176,8 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_score_modf &m
             float p0, p1, g0 = 1.f, g1 = 1.f;
             if (MOD) {
                 const float d = dist0 + (float)(8 * j + c2);
-                p0 = exp2_approx(score_l2(mod, acc[j][c2], d, g0) - Lc);
-                p1 = exp2_approx(score_l2(mod, acc[j][2 + c2], d - 8.f, g1) - Lc);
+                p0 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][c2], d, g0) - Lc);
+                p1 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][2 + c2], d - 8.f, g1) - Lc);
             } else {
                 p0 = exp2_approx(fmaf(acc[j][c2], p.sl2e, -Lc));
                 p1 = exp2_approx(fmaf(acc[j][2 + c2], p.sl2e, -Lc));
@@ -290,10 +273,11 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
 }
 
 /* --------------------------------------------------------- 3. dK / dV */
-template <typename T, int HD, bool ATOMIC, bool MOD>
+template <typename T, int HD, bool ATOMIC, int V>
 __global__ void __launch_bounds__(NT, 2)
     bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int nkb, const float *Lb, const float *Db, float *dQacc) {
     constexpr int LD = HD + 8;
+    constexpr bool MOD = V != FC_SCORE_PLAIN;
     constexpr int NJ = BQ / 8;  /* n8 tiles of Sᵀ (query columns) */
     constexpr int ND = HD / 8;  /* n8 tiles of dK/dV */
     constexpr int KQ = BQ / 16; /* k16 chunks of the query rows */
@@ -417,12 +401,12 @@ __global__ void __launch_bounds__(NT, 2)
             for (int kk = 0; kk < KQ; ++kk) {
                 float pv[2][4];
                 uint32_t pa1[1][4];
-                dkdv_p<true>(p, mod, acc_s, pv, 2 * kk, Lt, i0, iend, key0, t4, full, vis);
+                dkdv_p<V>(p, mod, acc_s, pv, 2 * kk, Lt, i0, iend, key0, t4, full, vis);
                 tile_pack_p<T>(pv, pa1);
                 tile_ab<T, HD, 1>(acc_dv, pa1, sdOa + 2 * kk * 16 * LD, bt_off);
             }
         } else {
-            dkdv_p<false>(p, mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis); /* pv: unused */
+            dkdv_p<V>(p, mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis); /* pv: unused */
         }
         tile_abt<T, HD, NJ>(acc_dp, sVa, a_off, sdOa, bn_off); /* dPᵀ = V dOᵀ */
         dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
@@ -490,10 +474,11 @@ __global__ void __launch_bounds__(NT, 2)
  * only the product). Lr: L·log2e of the two rows. Unless full, entries a row
  * cannot see are 0 by selection; returns the visibility mask (bit 4j + e,
  * all ones when full). */
-template <bool MOD, int NJ>
+template <int V, int NJ>
 __device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_modf &mod, float (&acc)[NJ][4],
                                          const RowVis &rv, const float (&Lr)[2], int row0, int n0, int t4,
                                          bool full) {
+    constexpr bool MOD = V != FC_SCORE_PLAIN;
     uint32_t vis = ~0u;
     float dist0[2] = {0.f, 0.f};
     if (MOD) tile_dist0(p, row0, n0 + 2 * t4, dist0);
@@ -505,7 +490,7 @@ __device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_modf 
             float pv;
             if (MOD) {
                 float dg;
-                const float s = score_l2(mod, acc[j][e], dist0[hf] - (float)(8 * j + (e & 1)), dg);
+                const float s = fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][e], dist0[hf] - (float)(8 * j + (e & 1)), dg);
                 pv = exp2_approx(s - Lr[hf]) * dg;
             } else {
                 pv = exp2_approx(fmaf(acc[j][e], p.sl2e, -Lr[hf]));
@@ -537,11 +522,12 @@ __device__ __forceinline__ void dq_ds(float (&dp)[NJ][4], const float (&pg)[NJ][
         }
 }
 
-template <typename T, int HD, bool MOD>
+template <typename T, int HD, int V>
 __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb,
                                                        const float *Db) {
     constexpr int LD = HD + 8;
     constexpr int NJ = BN / 8, ND = HD / 8;
+    constexpr bool MOD = V != FC_SCORE_PLAIN;
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw); /* [BM][LD] */
@@ -616,7 +602,7 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         float acc_s[NJ][4], acc_dp[NJ][4];
         uint32_t da[BN / 16][4];
         tile_abt<T, HD, NJ>(acc_s, sQa, a_off, sKa, bn_off); /* S = Q Kᵀ */
-        const uint32_t vis = dq_p<MOD>(p, mod, acc_s, rv, Lr, row0, n0, t4, full);
+        const uint32_t vis = dq_p<V>(p, mod, acc_s, rv, Lr, row0, n0, t4, full);
         tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa, bn_off); /* dP = dO Vᵀ */
         dq_ds(acc_dp, acc_s, Dr, full, vis);
         tile_pack_p<T>(acc_dp, da);                    /* dS rounded to T */
@@ -663,7 +649,7 @@ static bool use_atomic(const fcc_attn &p) {
     return p.a.deterministic == 0 && padded_hd(p.D) <= 64 && p.Sk >= 2048;
 }
 
-template <typename T, int HD, bool MOD>
+template <typename T, int HD, int V>
 static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db, float *dQacc) {
     cudaStream_t st = fcc_stream(p.a.stream);
     const int nkb = (p.Sk + BK - 1) / BK;
@@ -672,7 +658,7 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
         if (dQacc) {
             const int64_t nrows = p.a.B * p.Hq * (int64_t)p.Sq;
             FCC_CHECK(cudaMemsetAsync(dQacc, 0, (size_t)nrows * HD * sizeof(float), st));
-            auto kern = bwd_dkdv_kernel<T, HD, true, MOD>;
+            auto kern = bwd_dkdv_kernel<T, HD, true, V>;
             FCC_TRY(fcc_set_smem((const void *)kern, dkdv_smem(HD, true), "attn_bwd_tc (dK/dV)"));
             kern<<<gk, NT, dkdv_smem(HD, true), st>>>(p, nkb, Lb, Db, dQacc);
             FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
@@ -683,11 +669,11 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
             return FLASHC_OK;
         }
     }
-    auto kern = bwd_dkdv_kernel<T, HD, false, MOD>;
+    auto kern = bwd_dkdv_kernel<T, HD, false, V>;
     FCC_TRY(fcc_set_smem((const void *)kern, dkdv_smem(HD, false), "attn_bwd_tc (dK/dV)"));
     kern<<<gk, NT, dkdv_smem(HD, false), st>>>(p, nkb, Lb, Db, nullptr);
     FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
-    auto kq = bwd_dq_kernel<T, HD, MOD>;
+    auto kq = bwd_dq_kernel<T, HD, V>;
     FCC_TRY(fcc_set_smem((const void *)kq, dq_smem(HD), "attn_bwd_tc (dQ)"));
     const int nqb = (p.Sq + BM - 1) / BM;
     kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT, dq_smem(HD), st>>>(p, nqb, Lb, Db);
@@ -697,8 +683,11 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
 
 template <typename T>
 static flashc_status dispatch_bwd(const fcc_attn &p, const float *Lb, const float *Db, float *dQacc) {
+    const int mode = fc_score_mode(&p.score);
 #define FCC_BWD_HD(HD)                                                                              \
-    case HD: return p.plain_score ? run_bwd<T, HD, false>(p, Lb, Db, dQacc) : run_bwd<T, HD, true>(p, Lb, Db, dQacc)
+    case HD:                                                                                        \
+        return fcc_score_dispatch<FCC_SCORE_FEW>(                                                   \
+            mode, [&](auto v) { return run_bwd<T, HD, decltype(v)::value>(p, Lb, Db, dQacc); })
     switch (padded_hd(p.D)) {
     FCC_BWD_HD(32);
     FCC_BWD_HD(64);

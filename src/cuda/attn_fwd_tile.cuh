@@ -7,7 +7,7 @@
  * m64nN accumulator is the same per warp, attn_fwd_wgmma.cuh).
  *
  * Per key tile a kernel composes
- *   S = Q·Kᵀ → tile_score (modifier path only) → tile_mask (partial tiles)
+ *   S = Q·Kᵀ → tile_score_mod (modifier path only) → tile_mask (partial tiles)
  *   → tile_softmax (online update, P in place) → O·α + P·V
  * and ends each row with row_finish. The attention definition itself comes
  * from the seam (src/common/): visibility (attn_mask.h), the score step
@@ -21,12 +21,13 @@
  *     (fc_score_innerf: softcap's cap, or scale·log2 e, folded out into the
  *     exp2 FFMA, mul = that factor, as on the plain path); a negative scale
  *     without softcap has no positive factor and takes log2-unit logits with
- *     mul = 1 (tile_score). The maximum is scaled by mul·ln 2 at the end.
+ *     mul = 1 (tile_score_as). The maximum is scaled by mul·ln 2 at the end.
  */
 #ifndef FLASHC_ATTN_FWD_TILE_CUH
 #define FLASHC_ATTN_FWD_TILE_CUH
 
 #include "attn_params.cuh"
+#include "attn_score.cuh"
 #include "tc_common.cuh"
 
 namespace fctc {
@@ -93,80 +94,60 @@ template <int NJ> __device__ __forceinline__ void tile_mask(float (&s)[NJ][4], c
         }
 }
 
-/* The score step (fc_scoref, log2 units) on raw dots, with the modifiers
- * CAP / ALIBI compiled in or out: u = dot·qk_mul, t = tanh(u) (hardware
- * tanh.approx: F16/BF16 inputs, P rounded to 8–11 bits), dist = i + Sk − Sq − j.
- * dist0[hf] = the distance of s[0][0]'s column for row hf, as float: exact
- * while |dist| < 2^24, the rest a compile-time offset per element. */
-template <bool CAP, bool ALIBI, int NJ>
-__device__ __forceinline__ void tile_score_as(float (&s)[NJ][4], fc_score_modf mod, const float (&dist0)[2]) {
-    if (!CAP) mod.cap = 0.f;     /* fc_scoref's cap test folds away */
-    if (!ALIBI) mod.slope = 0.f; /* with dist = 0: the bias folds away */
+/* The score step of variant V (attn_score.cuh: fcc_score_step, log2 units)
+ * on raw dots, with the hardware tanh.approx (F16/BF16 inputs, P rounded to
+ * 8–11 bits); dist = i + Sk − Sq − j. dist0[hf] = the distance of s[0][0]'s
+ * column for row hf, as float: exact while |dist| < 2^24, the rest a
+ * compile-time offset per element (its abs a free operand modifier). */
+template <int V>
+__device__ __forceinline__ float tile_dist(const float (&dist0)[2], int j, int e) {
+    return FC_SCORE_NEEDS_DIST(V) ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
+}
+template <int V, int NJ>
+__device__ __forceinline__ void tile_score_as(float (&s)[NJ][4], const fc_score_modf &mod, const float (&dist0)[2]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float u = s[j][e] * mod.qk_mul;
-            const float t = CAP ? tanh_approx(u) : 0.f;
-            /* |dist| (fc_scoref takes either sign): the abs is a free operand modifier. */
-            const float dist = ALIBI ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
-            s[j][e] = fc_scoref(&mod, u, t, dist);
+            float dg; /* unused: the forward needs no derivative */
+            s[j][e] = fcc_score_step<V, fcc_tanh_fast>(mod, s[j][e], tile_dist<V>(dist0, j, e), dg);
         }
 }
-/* The instantiation of this problem's modifiers (a uniform branch per tile). */
-template <int NJ>
-__device__ __forceinline__ void tile_score(float (&s)[NJ][4], const fc_score_modf &mod, const float (&dist0)[2]) {
-    if (mod.cap != 0.f) {
-        if (mod.slope != 0.f) tile_score_as<true, true>(s, mod, dist0);
-        else tile_score_as<true, false>(s, mod, dist0);
-    } else {
-        if (mod.slope != 0.f) tile_score_as<false, true>(s, mod, dist0);
-        else tile_score_as<false, false>(s, mod, dist0);
-    }
-}
-/* The factored score step (fc_score_innerf): the fragment becomes `inner`,
+/* The factored step (fcc_score_inner_step): the fragment becomes `inner`,
  * the kernel folds f.outer into tile_softmax's exp2 FFMA (mul = f.outer > 0).
- * One multiply per element less than tile_score. */
-template <bool CAP, bool ALIBI, int NJ>
-__device__ __forceinline__ void tile_score_fold_as(float (&s)[NJ][4], fc_score_foldf f, const float (&dist0)[2]) {
-    f.capped = CAP ? 1 : 0;      /* fc_score_innerf's branch folds away */
-    if (!ALIBI) f.slope = 0.f;   /* with dist = 0: the bias folds away */
+ * One multiply per element less than tile_score_as. */
+template <int V, int NJ>
+__device__ __forceinline__ void tile_score_fold_as(float (&s)[NJ][4], const fc_score_foldf &f,
+                                                   const float (&dist0)[2]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float dot = s[j][e];
-            const float t = CAP ? tanh_approx(dot * f.qk_mul) : 0.f;
-            const float dist = ALIBI ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
-            s[j][e] = fc_score_innerf(&f, dot, t, dist);
-        }
-}
-template <int NJ>
-__device__ __forceinline__ void tile_score_fold(float (&s)[NJ][4], const fc_score_foldf &f, const float (&dist0)[2]) {
-    if (f.capped) {
-        if (f.slope != 0.f) tile_score_fold_as<true, true>(s, f, dist0);
-        else tile_score_fold_as<true, false>(s, f, dist0);
-    } else if (f.slope != 0.f) {
-        tile_score_fold_as<false, true>(s, f, dist0);
-    }
+        for (int e = 0; e < 4; ++e) s[j][e] = fcc_score_inner_step<V, fcc_tanh_fast>(f, s[j][e], tile_dist<V>(dist0, j, e));
 }
 /* The modifier path's score step, factored when the factor is positive (every
  * softcap, every positive scale; negative scales without softcap take the
- * unfactored tile_score). *mul / *mul_ln: tile_softmax's and row_finish's
+ * unfactored tile_score_as). *mul / *mul_ln: tile_softmax's and row_finish's
  * factors for this (b, h). */
 __device__ __forceinline__ void score_factors(const fc_score_modf &mod, float *mul, float *mul_ln) {
     const fc_score_foldf f = fc_score_fold(&mod);
     *mul = f.outer > 0.f ? f.outer : 1.f;
     *mul_ln = *mul * FC_LN2_F;
 }
-/* fold = fc_score_fold(&mod), computed once per (b, h) by the kernel. */
+/* fold = fc_score_fold(&mod), computed once per (b, h) by the kernel. The
+ * variant is chosen per tile from the seam's list (one uniform branch). */
 template <int NJ>
 __device__ __forceinline__ void tile_score_mod(float (&s)[NJ][4], const fc_score_modf &mod,
                                                const fc_score_foldf &fold, const float (&dist0)[2]) {
-    if (fold.outer > 0.f) tile_score_fold(s, fold, dist0);
-    else tile_score(s, mod, dist0);
+    if (fold.outer > 0.f)
+        fcc_score_dispatch<FCC_SCORE_ALL_EXACT>(fc_score_fold_mode(&fold), [&](auto v) {
+            tile_score_fold_as<decltype(v)::value>(s, fold, dist0);
+        });
+    else
+        fcc_score_dispatch<FCC_SCORE_ALL_EXACT>(fc_score_mode_off(&mod), [&](auto v) {
+            tile_score_as<decltype(v)::value>(s, mod, dist0);
+        });
 }
-/* dist0 of tile_score for rows row0, row0 + 8 at column c0 (fc_alibi_dist). */
+/* dist0 of tile_score_mod for rows row0, row0 + 8 at column c0 (fc_alibi_dist). */
 __device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, float (&dist0)[2]) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) dist0[hf] = (float)(int)fc_alibi_dist(&p.score, row0 + 8 * hf, c0);

@@ -17,6 +17,7 @@
 #define FC_ATTN_GENERIC_CUH
 
 #include "attn_params.cuh"
+#include "attn_score.cuh"
 
 /* DP: head dim padded up to 32, 64, 128 or 256. Tiles shrink with DP and
  * with fp64 so that the biggest kernel (dK/dV: K, V, Q, dO tiles plus P and
@@ -46,6 +47,38 @@ __device__ __forceinline__ void fcc_load_tile(A *sm, const T *__restrict__ base,
     }
 }
 
+/* The query block of a forward / dQ block: blockIdx.x = (b·Hq + h)·nqb +
+ * (nqb − 1 − qb), so that the heaviest (causal) blocks start first; rows
+ * [i0, i0 + ni) of head h (kv head hk), batch b. */
+struct fcc_qblock {
+    int64_t b, h, hk, i0;
+    int ni;
+};
+template <int BM> __device__ __forceinline__ fcc_qblock fcc_qblock_of(const fc_attn &a, int64_t nqb) {
+    fcc_qblock q;
+    int64_t bid = blockIdx.x;
+    const int64_t qb = nqb - 1 - bid % nqb;
+    bid /= nqb;
+    q.h = bid % a.Hq;
+    q.b = bid / a.Hq;
+    q.hk = q.h / (a.Hq / a.Hkv);
+    q.i0 = qb * BM;
+    q.ni = (int)min((int64_t)BM, a.Sq - q.i0);
+    return q;
+}
+
+/* The visible key ranges of this thread's rows ty + 16·r of a query block
+ * (all empty for padding rows ≥ ni). */
+template <int RM>
+__device__ __forceinline__ void fcc_rows_visible(const fc_mask &m, int64_t i0, int ni, int ty, int64_t (&se)[RM],
+                                                 int64_t (&lo)[RM], int64_t (&hi)[RM]) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+        se[r] = lo[r] = hi[r] = 0;
+        if (ty + 16 * r < ni) fc_visible_keys(&m, i0 + ty + 16 * r, &se[r], &lo[r], &hi[r]);
+    }
+}
+
 /* Max / sum over the 16 lanes that share ty (lanes differ in bits 0..3). */
 template <class A> __device__ __forceinline__ A fcc_row_max16(A v) {
 #pragma unroll
@@ -60,8 +93,8 @@ template <class A> __device__ __forceinline__ A fcc_row_sum16(A v) {
 
 /* The score pipeline (attn_score.h) in the generic kernels' unit (natural:
  * exp, not exp2) and accumulation type A: fc_score_modf for fp32, fc_score_mod
- * for fp64, tanhf / tanh (F32/F64 accuracy). For the kernels' modifier paths;
- * the plain path keeps qk·scale. */
+ * for fp64, tanhf / tanh (F32/F64 accuracy). For the kernels' modifier
+ * variants; the plain one keeps qk·scale. */
 template <class A> struct fcc_gen_mod_t;
 template <> struct fcc_gen_mod_t<float> { using type = fc_score_modf; };
 template <> struct fcc_gen_mod_t<double> { using type = fc_score_mod; };
@@ -73,18 +106,34 @@ __device__ __forceinline__ typename fcc_gen_mod_t<A>::type fcc_gen_mod(const fcc
     fcc_gen_mod_as(fc_score_mod_make(&p.score, b, h, 1.0), m);
     return m;
 }
-__device__ __forceinline__ float fcc_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double fcc_tanh(double x) { return tanh(x); }
-/* x (natural units) from qk = <q, k> and the ALiBi distance; dg = ∂x/∂(scale·qk). */
-__device__ __forceinline__ float fcc_gen_score(const fc_score_modf &m, float qk, float dist, float &dg) {
-    const float u = qk * m.qk_mul, t = m.cap != 0.0f ? fcc_tanh(u) : 0.0f;
-    dg = fc_score_dgradf(&m, t);
-    return fc_scoref(&m, u, t, dist);
+/* ... for a kernel of variant V (nothing to make on the plain path). */
+template <int V, class A>
+__device__ __forceinline__ typename fcc_gen_mod_t<A>::type fcc_gen_mod_v(const fcc_attn &p, int64_t b, int64_t h) {
+    return V != FC_SCORE_PLAIN ? fcc_gen_mod<A>(p, b, h) : typename fcc_gen_mod_t<A>::type{};
 }
-__device__ __forceinline__ double fcc_gen_score(const fc_score_mod &m, double qk, double dist, double &dg) {
-    const double u = qk * m.qk_mul, t = m.cap != 0.0 ? fcc_tanh(u) : 0.0;
-    dg = fc_score_dgrad(&m, t);
-    return fc_score(&m, u, t, dist);
+/* x (natural units) of variant V (attn_score.cuh) from qk = <q, k> and the
+ * ALiBi distance; dg = ∂x/∂(scale·qk). */
+template <int V, class A, class M> __device__ __forceinline__ A fcc_gen_score(const M &m, A qk, A dist, A &dg) {
+    return fcc_score_step<V, fcc_tanh_accurate>(m, qk, dist, dg);
+}
+
+/* acc_i += Σ_j P_ij x_j over the tile's nj keys (P [BM][LP], X [BN][LD] in
+ * shared memory), in key order: rows ty + 16r, dims tx + 16c. The forward's
+ * O += P·V and the backward's dQ += dS·K. */
+template <class A, int RM, int CD, int LD, int LP>
+__device__ __forceinline__ void fcc_tile_acc_pv(const A *Ps, const A *Xs, int nj, int ty, int tx,
+                                                A (&acc)[RM][CD]) {
+    for (int jj = 0; jj < nj; ++jj) {
+        A pr[RM], xv[CD];
+#pragma unroll
+        for (int r = 0; r < RM; ++r) pr[r] = Ps[(ty + 16 * r) * LP + jj];
+#pragma unroll
+        for (int c = 0; c < CD; ++c) xv[c] = Xs[jj * LD + tx + 16 * c];
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < CD; ++c) acc[r][c] = fma(pr[r], xv[c], acc[r][c]);
+    }
 }
 
 /* Round p to the storage type before P·V (F16/BF16, as FlashAttention). */

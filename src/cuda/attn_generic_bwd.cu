@@ -27,8 +27,8 @@
  *              query heads of its GQA group and over the query rows that see
  *              the key block (fc_key_block_rows), so GQA sums need no atomics.
  *   4. dQ:     one block per (query block, head, batch), like the forward.
- * MOD (template): the score modifiers; plain problems (fcc_attn::plain_score)
- * run the instantiation without them.
+ * V (template): the score variant (attn_score.cuh, FCC_SCORE_FEW): plain
+ * problems run the instantiation without modifiers.
  */
 #include "attn_generic.cuh"
 
@@ -123,9 +123,9 @@ __device__ __forceinline__ void fcc_tile_s_dp(const S *Qs, const S *dOs, const S
 /* One row of a register tile, in place: s (qk = <q_i, k_j>) → P, dp → dS.
  * Row i sees (se, lo, hi) (all 0 for a padding row) with L_i, Δ_i; column c
  * is key j0 + tx + 16c, a real key when tx + 16c < nj. Masked entries are 0
- * by selection. MOD: x from the score pipeline (mod = fcc_gen_mod<A>), else
+ * by selection. V ≠ plain: x from the score pipeline (mod = fcc_gen_mod<A>), else
  * x = scale·qk. Shared by the dK/dV and the dQ kernels. */
-template <bool MOD, class A, int RN, class M>
+template <int V, class A, int RN, class M>
 __device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const M &mod, A (&s)[RN], A (&dp)[RN],
                                              int64_t se, int64_t lo, int64_t hi, A L, A Dl, int64_t i,
                                              int64_t j0, int tx, int nj) {
@@ -136,9 +136,9 @@ __device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const M &mod, A 
         const int64_t j = j0 + jc;
         const bool vis = jc < nj && FC_KEY_VISIBLE(se, lo, hi, j);
         A P, dS;
-        if constexpr (MOD) {
+        if constexpr (V != FC_SCORE_PLAIN) {
             A dg;
-            const A x = fcc_gen_score(mod, s[c], (A)fc_alibi_dist(&p.score, i, j), dg);
+            const A x = fcc_gen_score<V>(mod, s[c], (A)fc_alibi_dist(&p.score, i, j), dg);
             P = fcc_exp(x - L);
             dS = P * (dp[c] - Dl) * dg;
         } else {
@@ -178,26 +178,8 @@ __device__ __forceinline__ void fcc_tile_acc_dkdv(const A *Ps, const A *dSs, con
     }
 }
 
-/* dQ_i += Σ_j dS_ij k_j over the tile's nj keys (dS [BM][LP], K [BN][LD]),
- * in key order: query rows ty + 16r, dims tx + 16c. Scale at the end. */
-template <class A, int RM, int CD, int LD, int LP>
-__device__ __forceinline__ void fcc_tile_acc_dq(const A *dSs, const A *Ks, int nj, int ty, int tx,
-                                                A (&dq)[RM][CD]) {
-    for (int jj = 0; jj < nj; ++jj) {
-        A dsr[RM], kv[CD];
-#pragma unroll
-        for (int r = 0; r < RM; ++r) dsr[r] = dSs[(ty + 16 * r) * LP + jj];
-#pragma unroll
-        for (int c = 0; c < CD; ++c) kv[c] = Ks[jj * LD + tx + 16 * c];
-#pragma unroll
-        for (int r = 0; r < RM; ++r)
-#pragma unroll
-            for (int c = 0; c < CD; ++c) dq[r][c] = fma(dsr[r], kv[c], dq[r][c]);
-    }
-}
-
 /* --------------------------------------------------------- 3. dK / dV */
-template <class T, int DP, bool MOD>
+template <class T, int DP, int V>
 __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int64_t nkb,
                                                            const typename fcc_type<T>::acc *Lbuf,
                                                            const typename fcc_type<T>::acc *Dbuf) {
@@ -243,7 +225,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
 
     for (int64_t g = 0; g < G; ++g) {
         const int64_t h = hk * G + g;
-        const auto mod = MOD ? fcc_gen_mod<A>(p, b, h) : typename fcc_gen_mod_t<A>::type{};
+        const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
         const T *qp = (const T *)a.q + b * a.sq[0] + h * a.sq[2];
         const T *dop = (const T *)a.dout + b * a.sdo[0] + h * a.sdo[2];
         const int64_t rowbase = (b * a.Hq + h) * a.Sq;
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
                     const int ir = ty + 16 * r;
                     int64_t se = 0, lo = 0, hi = 0;
                     if (ir < ni) fc_visible_keys(&p.mask, i0 + ir, &se, &lo, &hi);
-                    fcc_row_p_ds<MOD>(p, mod, s[r], dp[r], se, lo, hi, Ls[ir], Ds[ir], i0 + ir, j0, tx, nj);
+                    fcc_row_p_ds<V>(p, mod, s[r], dp[r], se, lo, hi, Ls[ir], Ds[ir], i0 + ir, j0, tx, nj);
 #pragma unroll
                     for (int c = 0; c < RN; ++c) {
                         Ps[ir * LP + tx + 16 * c] = s[r][c];
@@ -301,7 +283,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
 }
 
 /* ---------------------------------------------------------------- 4. dQ */
-template <class T, int DP, bool MOD>
+template <class T, int DP, int V>
 __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__ fcc_attn p, int64_t nqb,
                                                          const typename fcc_type<T>::acc *Lbuf,
                                                          const typename fcc_type<T>::acc *Dbuf) {
@@ -318,15 +300,10 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    int64_t bid = blockIdx.x;
-    const int64_t qb = nqb - 1 - bid % nqb;
-    bid /= nqb;
-    const int64_t h = bid % a.Hq, b = bid / a.Hq;
-    const int64_t hk = h / (a.Hq / a.Hkv);
-    const int64_t i0 = qb * BM;
-    const int ni = (int)min((int64_t)BM, a.Sq - i0);
-    const int D = (int)a.D;
-    const auto mod = MOD ? fcc_gen_mod<A>(p, b, h) : typename fcc_gen_mod_t<A>::type{};
+    const fcc_qblock qbk = fcc_qblock_of<BM>(a, nqb);
+    const int64_t b = qbk.b, h = qbk.h, hk = qbk.hk, i0 = qbk.i0;
+    const int ni = qbk.ni, D = (int)a.D;
+    const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
 
     fcc_load_tile<T, DP, BM>(Qs, (const T *)a.q + b * a.sq[0] + i0 * a.sq[1] + h * a.sq[2],
                              a.sq[1], a.sq[3], ni, D);
@@ -337,17 +314,13 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
     const int64_t rowbase = (b * a.Hq + h) * a.Sq + i0;
 
     int64_t se[RM], lo[RM], hi[RM];
+    fcc_rows_visible(p.mask, i0, ni, ty, se, lo, hi);
     A L[RM], Dl[RM];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
         const int ir = ty + 16 * r;
-        se[r] = lo[r] = hi[r] = 0;
-        L[r] = Dl[r] = A(0);
-        if (ir < ni) {
-            fc_visible_keys(&p.mask, i0 + ir, &se[r], &lo[r], &hi[r]);
-            L[r] = Lbuf[rowbase + ir];
-            Dl[r] = Dbuf[rowbase + ir];
-        }
+        L[r] = ir < ni ? Lbuf[rowbase + ir] : A(0);
+        Dl[r] = ir < ni ? Dbuf[rowbase + ir] : A(0);
     }
     A dq[RM][CD];
 #pragma unroll
@@ -371,13 +344,13 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 #pragma unroll
             for (int r = 0; r < RM; ++r) {
                 const int ir = ty + 16 * r;
-                fcc_row_p_ds<MOD>(p, mod, s[r], dp[r], se[r], lo[r], hi[r], L[r], Dl[r], i0 + ir, j0, tx, nj);
+                fcc_row_p_ds<V>(p, mod, s[r], dp[r], se[r], lo[r], hi[r], L[r], Dl[r], i0 + ir, j0, tx, nj);
 #pragma unroll
                 for (int c = 0; c < RN; ++c) dSs[ir * LP + tx + 16 * c] = dp[r][c];
             }
             __syncthreads();
 
-            fcc_tile_acc_dq<A, RM, CD, LD, LP>(dSs, Ks, nj, ty, tx, dq);
+            fcc_tile_acc_pv<A, RM, CD, LD, LP>(dSs, Ks, nj, ty, tx, dq); /* dQ += dS K */
         }
     }
 
@@ -428,7 +401,7 @@ flashc_status fcc_bwd_dsinks_run(const fcc_attn &p, const void *Lbuf, const void
     return FLASHC_OK;
 }
 
-template <class T, int DP, bool MOD>
+template <class T, int DP, int V>
 static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fcc_type<T>::acc *Lbuf,
                                             const typename fcc_type<T>::acc *Dbuf) {
     using A = typename fcc_type<T>::acc;
@@ -438,7 +411,7 @@ static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fc
     if (a.Sk > 0) {
         const size_t smem =
             (size_t)(2 * C::BN * C::LD + 2 * C::BM * C::LD + 2 * C::BM * C::LP + 2 * C::BM) * sizeof(A);
-        auto kern = fcc_bwd_dkdv_kernel<T, DP, MOD>;
+        auto kern = fcc_bwd_dkdv_kernel<T, DP, V>;
         FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dK/dV)"));
         const int64_t nkb = (a.Sk + C::BN - 1) / C::BN;
         const int64_t blocks = nkb * a.Hkv * a.B;
@@ -450,7 +423,7 @@ static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fc
     }
     if (a.Sq > 0) {
         const size_t smem = (size_t)(2 * C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A);
-        auto kern = fcc_bwd_dq_kernel<T, DP, MOD>;
+        auto kern = fcc_bwd_dq_kernel<T, DP, V>;
         FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dQ)"));
         const int64_t nqb = (a.Sq + C::BM - 1) / C::BM;
         const int64_t blocks = nqb * a.Hq * a.B;
@@ -475,11 +448,9 @@ template <class T> static flashc_status fcc_bwd_generic_typed(const fcc_attn &p)
     flashc_status s = fcc_bwd_prep_run(p, Lbuf, Dbuf);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lbuf, Dbuf);
     if (s == FLASHC_OK) {
-        if (p.plain_score) {
-            FCC_DISPATCH_DP(p.a.D, s = (fcc_bwd_generic_launch<T, DP, false>(p, Lbuf, Dbuf)));
-        } else {
-            FCC_DISPATCH_DP(p.a.D, s = (fcc_bwd_generic_launch<T, DP, true>(p, Lbuf, Dbuf)));
-        }
+        FCC_DISPATCH_DP(p.a.D, s = fcc_score_dispatch<FCC_SCORE_FEW>(fc_score_mode(&p.score), [&](auto v) {
+            return fcc_bwd_generic_launch<T, DP, decltype(v)::value>(p, Lbuf, Dbuf);
+        }));
     }
     /* Stream-ordered: freed after the kernels above have run. */
     if (Lbuf) cudaFreeAsync(Lbuf, st);

@@ -11,8 +11,8 @@
  *   m' = max(m, max_j x_ij),  l' = l·e^{m−m'} + Σ_j e^{x_ij−m'},
  *   O' = O·e^{m−m'} + Σ_j e^{x_ij−m'} v_j.
  * Natural units throughout. x_ij is scale·<q_i, k_j> (plain path) or the
- * score pipeline of attn_score.h (template MOD: softcap with tanhf / tanh,
- * ALiBi), then −inf where key j is not visible (attn_mask.h). Masking is by
+ * score pipeline of attn_score.h (template V, the variant of attn_score.cuh:
+ * softcap with tanhf / tanh, ALiBi), then −inf where key j is not visible (attn_mask.h). Masking is by
  * loop bounds (fc_block_keysegs) plus the per-element test, so windows cost
  * O(window); rows end with fc_row_finish(f). F32 stays in fp32 (no TF32),
  * F64 in fp64, F16/BF16 compute in fp32 with P rounded to the storage type
@@ -32,8 +32,8 @@ __device__ __forceinline__ void fcc_row_finish(double M, double l, bool has_sink
 
 /* The logits of this thread's RM × RN scores of the key tile [j0, j0 + nj)
  * from raw dots s (in place): x = scale·s (plain) or the score pipeline
- * (MOD), −inf where the key is not visible (FC_KEY_VISIBLE) or past nj. */
-template <bool MOD, class A, class M, int RM, int RN>
+ * (variant V ≠ plain), −inf where the key is not visible (FC_KEY_VISIBLE) or past nj. */
+template <int V, class A, class M, int RM, int RN>
 __device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p, const M &mod, int64_t i0, int ty,
                                                int tx, int64_t j0, int nj, const int64_t (&se)[RM],
                                                const int64_t (&lo)[RM], const int64_t (&hi)[RM]) {
@@ -45,9 +45,9 @@ __device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p
             const int jc = tx + 16 * c;
             const int64_t i = i0 + ty + 16 * r, j = j0 + jc;
             A x;
-            if (MOD) {
+            if constexpr (V != FC_SCORE_PLAIN) {
                 A dg; /* the backward's factor, unused here */
-                x = fcc_gen_score(mod, s[r][c], (A)fc_alibi_dist(&p.score, i, j), dg);
+                x = fcc_gen_score<V>(mod, s[r][c], (A)fc_alibi_dist(&p.score, i, j), dg);
             } else {
                 x = s[r][c] * scale;
             }
@@ -86,7 +86,7 @@ __device__ __forceinline__ void fcc_fwd_softmax_row(const A (&x)[RN], A &m, A &l
     for (int c = 0; c < CD; ++c) o[c] *= alpha;
 }
 
-template <class T, int DP, bool MOD>
+template <class T, int DP, int V>
 __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant__ fcc_attn p, int64_t nqb) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
@@ -100,28 +100,18 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    int64_t bid = blockIdx.x;
-    const int64_t qb = nqb - 1 - bid % nqb; /* heaviest (causal) blocks first */
-    bid /= nqb;
-    const int64_t h = bid % a.Hq, b = bid / a.Hq;
-    const int64_t hk = h / (a.Hq / a.Hkv);
-    const int64_t i0 = qb * BM;
-    const int ni = (int)min((int64_t)BM, a.Sq - i0);
-    const int D = (int)a.D;
-    const auto mod = MOD ? fcc_gen_mod<A>(p, b, h) : typename fcc_gen_mod_t<A>::type{};
+    const fcc_qblock qbk = fcc_qblock_of<BM>(a, nqb);
+    const int64_t b = qbk.b, h = qbk.h, hk = qbk.hk, i0 = qbk.i0;
+    const int ni = qbk.ni, D = (int)a.D;
+    const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
 
     const T *qp = (const T *)a.q + b * a.sq[0] + i0 * a.sq[1] + h * a.sq[2];
     const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2];
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
     fcc_load_tile<T, DP, BM>(Qs, qp, a.sq[1], a.sq[3], ni, D);
 
-    /* This thread's rows ty + 16·r: their visible key ranges. */
-    int64_t se[RM], lo[RM], hi[RM];
-#pragma unroll
-    for (int r = 0; r < RM; ++r) {
-        se[r] = lo[r] = hi[r] = 0;
-        if (ty + 16 * r < ni) fc_visible_keys(&p.mask, i0 + ty + 16 * r, &se[r], &lo[r], &hi[r]);
-    }
+    int64_t se[RM], lo[RM], hi[RM]; /* this thread's rows ty + 16·r: their visible key ranges */
+    fcc_rows_visible(p.mask, i0, ni, ty, se, lo, hi);
     A m[RM], l[RM], o[RM][CD];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
@@ -161,23 +151,12 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
                     for (int c = 0; c < RN; ++c) s[r][c] = fma(qv[r], kv[c], s[r][c]);
             }
 
-            fcc_fwd_logits<MOD>(s, p, mod, i0, ty, tx, j0, nj, se, lo, hi);
+            fcc_fwd_logits<V>(s, p, mod, i0, ty, tx, j0, nj, se, lo, hi);
 #pragma unroll
             for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
             __syncthreads();
 
-            /* O += P V */
-            for (int jj = 0; jj < nj; ++jj) {
-                A pr[RM], vv[CD];
-#pragma unroll
-                for (int r = 0; r < RM; ++r) pr[r] = Ps[(ty + 16 * r) * LP + jj];
-#pragma unroll
-                for (int c = 0; c < CD; ++c) vv[c] = Vs[jj * LD + tx + 16 * c];
-#pragma unroll
-                for (int r = 0; r < RM; ++r)
-#pragma unroll
-                    for (int c = 0; c < CD; ++c) o[r][c] = fma(pr[r], vv[c], o[r][c]);
-            }
+            fcc_tile_acc_pv<A, RM, CD, LD, LP>(Ps, Vs, nj, ty, tx, o); /* O += P V */
         }
     }
 
@@ -201,11 +180,11 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
     }
 }
 
-template <class T, int DP, bool MOD> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
+template <class T, int DP, int V> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
     const size_t smem = (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A);
-    auto kern = fcc_attn_fwd_kernel<T, DP, MOD>;
+    auto kern = fcc_attn_fwd_kernel<T, DP, V>;
     FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_fwd_generic"));
     const int64_t nqb = (p.a.Sq + C::BM - 1) / C::BM;
     const int64_t blocks = nqb * p.a.Hq * p.a.B;
@@ -222,7 +201,9 @@ flashc_status fcc_fwd_generic_run(const fcc_attn &p) {
     const fc_attn &a = p.a;
     if (a.Sq == 0 || a.B == 0 || a.Hq == 0) return FLASHC_OK;
     /* The plain path scales before the max, so any sign of scale is fine there. */
-    FCC_DISPATCH_DTYPE(a.dtype, FCC_DISPATCH_DP(a.D, return p.plain_score ? fcc_launch_fwd<T, DP, false>(p)
-                                                                         : fcc_launch_fwd<T, DP, true>(p)));
+    const int mode = fc_score_mode(&p.score);
+    FCC_DISPATCH_DTYPE(a.dtype, FCC_DISPATCH_DP(a.D, return fcc_score_dispatch<FCC_SCORE_FEW>(mode, [&](auto v) {
+        return fcc_launch_fwd<T, DP, decltype(v)::value>(p);
+    })));
     return FLASHC_OK;
 }

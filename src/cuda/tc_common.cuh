@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "attn_score.cuh"
 #include "fc_cuda.cuh"
 
 namespace fctc {
@@ -99,24 +100,40 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
-/* tanh for the softcap of the F16/BF16 kernels (sm_75+; max relative error
- * about 2^-11, below the F16/BF16 rounding of P and dS). */
-__device__ __forceinline__ float tanh_approx(float x) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
+/* Loads rows [row0, row0 + R) of a [*, D] slice (row stride rs, unit d
+ * stride) into smem rows of pitch HD + 8, zero-filling rows ≥ nrows and
+ * columns ≥ D up to HD, by NT threads (tid < NT). vec (16-byte aligned rows,
+ * D % 8 == 0): cp.async, to be waited for by the caller; else plain loads,
+ * visible after the same barrier that follows the cp.async wait. */
+template <typename T, int HD, int R, int NT>
+__device__ __forceinline__ void load_rows(T *s, const T *g, int64_t rs, int row0, int nrows, int D, bool vec,
+                                          int tid) {
+    constexpr int CPR = HD / 8, LD = HD + 8; /* 16-byte chunks per row; smem pitch */
+    if (vec) {
+#pragma unroll
+        for (int idx = tid; idx < R * CPR; idx += NT) {
+            const int r = idx / CPR, c = idx % CPR;
+            const bool ok = (row0 + r < nrows) && (c * 8 < D);
+            const T *src = ok ? g + (int64_t)(row0 + r) * rs + c * 8 : g;
+            cp_async16(smem_u32(s + r * LD + c * 8), src, ok);
+        }
+    } else {
+        for (int idx = tid; idx < R * CPR; idx += NT) {
+            const int r = idx / CPR, c = idx % CPR;
+            const bool rok = row0 + r < nrows;
+            const T *src = g + (int64_t)(row0 + r) * rs;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const int d = c * 8 + e;
+                s[r * LD + d] = (rok && d < D) ? src[d] : Ops<T>::from_f(0.f);
+            }
+        }
+    }
 }
 
-/* The modified logit in log2 units (attn_score.h) from the raw dot product
- * qk = <q, k> and the ALiBi distance, for the kernels' modifier paths (the
- * plain path keeps its one FFMA by sl2e). m = fcc_score_mod_l2(p, b, h).
- * dg = ∂x/∂(scale·qk) (1 − tanh², or 1), for the backward's dS. */
-__device__ __forceinline__ float score_l2(const fc_score_modf &m, float qk, float dist, float &dg) {
-    const float u = qk * m.qk_mul;
-    const float t = m.cap != 0.0f ? tanh_approx(u) : 0.0f;
-    dg = fc_score_dgradf(&m, t);
-    return fc_scoref(&m, u, t, dist);
-}
+/* tanh for the softcap of the F16/BF16 kernels: the hardware tanh.approx
+ * (attn_score.cuh, fcc_tanh_fast is the score step's flavour of it). */
+__device__ __forceinline__ float tanh_approx(float x) { return fcc_tanh_approx(x); }
 
 } // namespace fctc
 
