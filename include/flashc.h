@@ -17,10 +17,23 @@
  * - Tensors are described by flashc_tensor: a data pointer, a dtype, a shape
  *   and strides IN ELEMENTS (not bytes). Any strides are accepted: transposed
  *   views, sliced views, negative strides, and zero strides on inputs
- *   (broadcast). Outputs must not have zero strides on an axis of extent > 1
- *   (two elements would alias) — FLASHC_ERR_STRIDE.
+ *   (broadcast). Outputs must not overlap themselves — FLASHC_ERR_STRIDE:
+ *   no zero stride on an axis of extent > 1, and, with the axes of extent
+ *   > 1 sorted by |stride|, each |stride| must exceed the reach
+ *   Σ (extent − 1)·|stride| of the smaller ones (every dense, transposed,
+ *   sliced or flipped view passes).
  * - Shapes and strides are int64. Sizes whose element count or byte offsets
- *   overflow int64 are rejected with FLASHC_ERR_OVERFLOW.
+ *   overflow int64 are rejected with FLASHC_ERR_OVERFLOW. A tensor with a
+ *   zero extent is empty: its other extents, strides and data pointer (NULL
+ *   allowed) are not checked and never used.
+ * - Threads: the CPU backend runs OpenMP parallel regions on the calling
+ *   thread's team (omp_get_max_threads()). Before a call it checks that the
+ *   address space can hold the team's thread stacks (OMP_STACKSIZE or the
+ *   default pthread stack size) and shrinks the team for that call when it
+ *   cannot. What remains: the OpenMP runtime itself exits the process when
+ *   creating a thread fails (libgomp: "Thread creation failed"), so memory
+ *   taken by another thread between that check and the parallel region can
+ *   still end the process; set OMP_NUM_THREADS to bound it.
  * - Thread safety: all functions may be called concurrently from any number
  *   of threads, provided concurrent calls do not write the same memory.
  * - Pointers: on the CPU backend all pointers are host memory. On the CUDA
@@ -49,8 +62,10 @@
  * may be 0 (nothing to do) — B, Hq, Hkv and D must be ≥ 1.
  *
  * Scores. The logit of query row i and key j is built in this order:
- *   1. scale:   x_ij = softmax_scale · <q_i, k_j>   (softmax_scale: any finite
- *               value; 0 means 1/sqrt(D), in C and in every binding)
+ *   1. scale:   x_ij = softmax_scale · <q_i, k_j>   (softmax_scale: finite,
+ *               |softmax_scale| ≤ FLASHC_SOFTMAX_SCALE_MAX = 2^16, else
+ *               FLASHC_ERR_INVALID_ARGUMENT; 0 means 1/sqrt(D), in C and in
+ *               every binding)
  *   2. softcap: x_ij = c · tanh(x_ij / c)          when params.softcap = c > 0
  *               (Gemma-2, FlashAttention's softcap; 0 = off; finite, ≥ 0)
  *   3. ALiBi:   x_ij = x_ij − slope_bh · |i + Sk − Sq − j|
@@ -78,6 +93,16 @@
  *              L_i = log(Σ_j e^{x_ij} + e^{s_h})
  *   A row with no visible key: O_i = 0 and L_i = −inf (L_i = s_h when a sink
  *   logit is given). Never NaN.
+ *   What a row cannot see never influences it: NaN/Inf in a masked key or
+ *   value leaves the row's O and L, and its dQ, unchanged (CPU backend,
+ *   every path, forward and backward).
+ *   Range: the scale bound keeps the scale and its products with unit-sized
+ *   q·k exact enough for the backward's recomputation P = exp(x − L) (its
+ *   error grows as |x|·ε of the compute type). Logits that overflow the
+ *   compute type (|x| > ~3e38 in fp32 for F32/F16/BF16, e.g. q and k entries
+ *   of ~1e19) are outside the supported range: such a row's results are
+ *   unspecified (no crash, no out-of-bounds access); the library cannot
+ *   check this for device memory and does not scan host inputs for it.
  * Work is skipped by loop bounds: a sliding window costs O(window), not
  * O(Sk); no mask tensor is ever built, and the Sq×Sk score matrix is never
  * materialised.
@@ -244,6 +269,9 @@ FLASHC_API const char *flashc_cpu_features(void);
  *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
  *                                      beside libflashc.so); read once, at the first load
  *   FLASHC_WSUM_VARIANT=0              CUDA weighted sum: generic kernels only */
+
+/* The largest |params.softmax_scale| accepted (flashc.h, "Scores"). */
+#define FLASHC_SOFTMAX_SCALE_MAX 65536.0
 
 /* ------------------------------------------------------------------- tensor */
 #define FLASHC_MAX_DIMS 8

@@ -70,8 +70,16 @@ static flashc_status check_alibi_finite(const fc_attn *a) {
     return FLASHC_OK;
 }
 
+/* An empty tensor's strides are never checked (nothing is read or written),
+ * so the problem gets zeros instead: no kernel then forms an offset from
+ * them, even for a row it skips. */
 static void copy_strides4(int64_t dst[4], const flashc_tensor *t) {
-    for (int i = 0; i < 4; ++i) dst[i] = t->strides[i];
+    const int empty = fc_numel(t) == 0;
+    for (int i = 0; i < 4; ++i) dst[i] = empty ? 0 : t->strides[i];
+}
+static void copy_strides3(int64_t dst[3], const flashc_tensor *t) {
+    const int empty = fc_numel(t) == 0;
+    for (int i = 0; i < 3; ++i) dst[i] = empty ? 0 : t->strides[i];
 }
 
 /* `t` must have exactly `want` as its shape (4-D). */
@@ -142,6 +150,13 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
 
     FC_RETURN_IF(!isfinite(p->softmax_scale), FLASHC_ERR_INVALID_ARGUMENT, "params.softmax_scale=%g is not finite",
                  p->softmax_scale);
+    /* flashc.h, "Scores": beyond the bound the logits' rounding in the
+     * compute type exceeds 1 in the exponent, and the backward's recomputed
+     * P = exp(x − L) is meaningless (at ~1e38 the scale overflows fp32). */
+    FC_RETURN_IF(fabs(p->softmax_scale) > FLASHC_SOFTMAX_SCALE_MAX, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.softmax_scale=%g: |softmax_scale| must be <= FLASHC_SOFTMAX_SCALE_MAX=%g (larger scales "
+                 "overflow or lose the precision of the compute type)",
+                 p->softmax_scale, FLASHC_SOFTMAX_SCALE_MAX);
     a->scale = p->softmax_scale != 0.0 ? p->softmax_scale : 1.0 / sqrt((double)a->D);
     FC_RETURN_IF(p->causal != 0 && p->causal != 1, FLASHC_ERR_INVALID_ARGUMENT, "params.causal=%d must be 0 or 1",
                  (int)p->causal);
@@ -189,7 +204,10 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
 static flashc_status run(int backend, int bwd, const fc_attn *a) {
     if (backend == FLASHC_BACKEND_CPU) {
         FC_TRY(check_alibi_finite(a));
-        return bwd ? fc_cpu_attn_bwd(a) : fc_cpu_attn_fwd(a);
+        const fc_team t = fc_cpu_team_begin();
+        const flashc_status s = bwd ? fc_cpu_attn_bwd(a) : fc_cpu_attn_fwd(a);
+        fc_cpu_team_end(t);
+        return s;
     }
     const fc_cuda_module *m = fc_cuda();
     if (!m) return FLASHC_ERR_BACKEND_UNAVAILABLE;
@@ -206,7 +224,7 @@ FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_te
     if (lse) {
         FC_TRY(check_lse(lse, &a, 1));
         a.lse = lse->data;
-        for (int i = 0; i < 3; ++i) a.slse[i] = lse->strides[i];
+        copy_strides3(a.slse, lse);
     }
     const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.alibi};
     int backend;
@@ -225,7 +243,7 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     FC_RETURN_IF(!lse, FLASHC_ERR_NULL_POINTER, "lse is NULL: the backward recomputes P from the forward's lse");
     FC_TRY(check_lse(lse, &a, 0));
     a.lse = lse->data;
-    for (int i = 0; i < 3; ++i) a.slse[i] = lse->strides[i];
+    copy_strides3(a.slse, lse);
 
     FC_TRY(fc_check_tensor(dout, "dout", 4, 0));
     FC_TRY(fc_check_tensor(dq, "dq", 4, 1));

@@ -1,8 +1,12 @@
 /* Errors, version, params defaults: the parts of the ABI with no op. */
 #include "core.h"
 
+#include <omp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 
 /* The message lives in thread-local storage: concurrent callers on other
  * threads never see each other's errors. */
@@ -81,3 +85,59 @@ FLASHC_API flashc_exec_params flashc_exec_params_default(void) {
     return p;
 }
 FLASHC_API size_t flashc_exec_params_size(void) { return sizeof(flashc_exec_params); }
+
+/* ------------------------------------------------------------ OpenMP team */
+/* libgomp keeps a pool of threads per calling thread, so a team size this
+ * thread has run once needs no new threads: no check then (the hot path is
+ * two omp_ calls). */
+static _Thread_local int fc_team_ok = 1;
+
+/* The stack of one OpenMP thread: OMP_STACKSIZE / GOMP_STACKSIZE as libgomp
+ * reads them (a number, suffix B, K, M or G, default K), else the default
+ * pthread stack size. */
+static size_t omp_stack_bytes(void) {
+    const char *e = getenv("OMP_STACKSIZE");
+    if (!e || !*e) e = getenv("GOMP_STACKSIZE");
+    if (e && *e) {
+        char *end;
+        const unsigned long long n = strtoull(e, &end, 10);
+        while (*end == ' ') ++end;
+        const int sh = *end == 'B' || *end == 'b' ? 0 : *end == 'M' || *end == 'm' ? 20 : *end == 'G' || *end == 'g' ? 30 : 10;
+        if (end != e && n > 0 && n < (1ull << (63 - sh))) return (size_t)(n << sh);
+    }
+    size_t s = 0;
+    pthread_attr_t at;
+    if (pthread_getattr_default_np(&at) == 0) {
+        pthread_attr_getstacksize(&at, &s);
+        pthread_attr_destroy(&at);
+    }
+    return s ? s : (size_t)8 << 20;
+}
+
+fc_team fc_cpu_team_begin(void) {
+    fc_team t;
+    t.saved = t.used = omp_get_max_threads();
+    if (t.used <= fc_team_ok) return t;
+    /* Can the address space hold the new threads' stacks (+1 MiB each for
+     * guard page, TLS and the runtime's own data)? Twice that, so that the
+     * call's own buffers, allocated after this check, leave the threads
+     * theirs. A PROT_NONE reservation costs no memory, only address space
+     * (what ulimit -v and RLIMIT_AS count). Halve the team until it fits. */
+    const size_t per = omp_stack_bytes() + ((size_t)1 << 20);
+    while (t.used > fc_team_ok) {
+        const size_t want = 2 * (size_t)(t.used - fc_team_ok) * per;
+        void *p = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED) {
+            munmap(p, want);
+            break;
+        }
+        t.used = t.used / 2 > fc_team_ok ? t.used / 2 : fc_team_ok;
+    }
+    if (t.used != t.saved) omp_set_num_threads(t.used);
+    return t;
+}
+
+void fc_cpu_team_end(fc_team t) {
+    if (t.used != t.saved) omp_set_num_threads(t.saved);
+    if (t.used > fc_team_ok) fc_team_ok = t.used;
+}

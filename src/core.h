@@ -23,6 +23,16 @@
 flashc_status fc_check_tensor(const flashc_tensor *t, const char *name, int ndim, int is_output);
 int64_t fc_numel(const flashc_tensor *t); /* after fc_check_tensor */
 
+/* The OpenMP team of a CPU call (flashc.h, "Threads"): begin bounds the
+ * calling thread's team to what the address space can hold (the OpenMP
+ * runtime exits the process when it cannot create a thread), end restores
+ * the caller's setting. Bracket every CPU backend call with them. */
+typedef struct fc_team {
+    int saved, used;
+} fc_team;
+fc_team fc_cpu_team_begin(void);
+void fc_cpu_team_end(fc_team t);
+
 /* Backend resolution. `ptrs` are the data pointers of the call (NULL entries
  * and empty tensors skipped). On success *backend is CPU or CUDA. */
 flashc_status fc_resolve_backend(int requested, const void *const *ptrs, int n, int *backend);

@@ -37,17 +37,34 @@ static flashc_status describe_x_w(const flashc_tensor *x, const flashc_tensor *w
     FC_RETURN_IF(w->shape[0] != p->D, FLASHC_ERR_SHAPE, "w.shape[0]=%lld must equal x.shape[%d]=%lld (D)",
                  (long long)w->shape[0], (int)x->ndim - 1, (long long)p->D);
     p->nouter = x->ndim - 1;
-    p->R = 1;
+    /* R = Π outer extents: 0 when one is 0 (whatever the others), else it
+     * may still overflow when D = 0 (x empty, so unchecked): y has R
+     * elements, so that is y's overflow, reported here. */
+    int64_t R = 1;
     for (int i = 0; i < p->nouter; ++i) {
         p->outer_shape[i] = x->shape[i];
-        p->x_ostr[i] = x->strides[i];
-        p->R *= x->shape[i];
+        if (x->shape[i] == 0) R = 0;
     }
+    for (int i = 0; i < p->nouter && R != 0; ++i)
+        FC_RETURN_IF(__builtin_mul_overflow(R, x->shape[i], &R), FLASHC_ERR_OVERFLOW,
+                     "x: the row count (x.shape without its last axis) overflows int64 at shape[%d]=%lld", i,
+                     (long long)x->shape[i]);
+    p->R = R;
+    /* An empty tensor's strides are not checked: zeros, so that no offset is
+     * formed from them. */
+    const int x_empty = fc_numel(x) == 0;
+    for (int i = 0; i < p->nouter; ++i) p->x_ostr[i] = x_empty ? 0 : x->strides[i];
     p->x = x->data;
-    p->x_dstr = x->strides[x->ndim - 1];
+    p->x_dstr = x_empty ? 0 : x->strides[x->ndim - 1];
     p->w = w->data;
-    p->w_str = w->strides[0];
+    p->w_str = p->D == 0 ? 0 : w->strides[0];
     return FLASHC_OK;
+}
+
+/* The outer strides of a row tensor (y, dy: [...]) or of dx, zeros when it is empty. */
+static void copy_outer_strides(int64_t *dst, const flashc_tensor *t, int nouter) {
+    const int empty = fc_numel(t) == 0;
+    for (int i = 0; i < nouter; ++i) dst[i] = empty ? 0 : t->strides[i];
 }
 
 static flashc_status check_same_dtype(const flashc_tensor *t, const char *name, int dtype) {
@@ -57,7 +74,12 @@ static flashc_status check_same_dtype(const flashc_tensor *t, const char *name, 
 }
 
 static flashc_status run(int backend, int bwd, const fc_wsum *p) {
-    if (backend == FLASHC_BACKEND_CPU) return bwd ? fc_cpu_weighted_sum_bwd(p) : fc_cpu_weighted_sum(p);
+    if (backend == FLASHC_BACKEND_CPU) {
+        const fc_team t = fc_cpu_team_begin();
+        const flashc_status s = bwd ? fc_cpu_weighted_sum_bwd(p) : fc_cpu_weighted_sum(p);
+        fc_cpu_team_end(t);
+        return s;
+    }
     const fc_cuda_module *m = fc_cuda();
     if (!m) return FLASHC_ERR_BACKEND_UNAVAILABLE;
     return fc_cuda_status(m, bwd ? m->weighted_sum_bwd(p) : m->weighted_sum(p));
@@ -74,7 +96,7 @@ FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x, const flash
     FC_TRY(check_same_dtype(y, "y", p.dtype));
     FC_TRY(expect_outer(y, "y", x));
     p.y = y->data;
-    for (int i = 0; i < p.nouter; ++i) p.y_ostr[i] = y->strides[i];
+    copy_outer_strides(p.y_ostr, y, p.nouter);
     p.stream = ep.stream;
     const void *ptrs[] = {p.x, p.w, p.y};
     int backend;
@@ -95,7 +117,7 @@ FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const 
     FC_TRY(expect_outer(dy, "dy", x));
     FC_RETURN_IF(!dx && !dw, FLASHC_ERR_NULL_POINTER, "dx and dw are both NULL: nothing to compute");
     p.dy = dy->data;
-    for (int i = 0; i < p.nouter; ++i) p.dy_ostr[i] = dy->strides[i];
+    copy_outer_strides(p.dy_ostr, dy, p.nouter);
     if (dx) {
         FC_TRY(fc_check_tensor(dx, "dx", x->ndim, 1));
         FC_TRY(check_same_dtype(dx, "dx", p.dtype));
@@ -103,8 +125,8 @@ FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const 
             FC_RETURN_IF(dx->shape[i] != x->shape[i], FLASHC_ERR_SHAPE, "dx.shape[%d]=%lld must equal x.shape[%d]=%lld",
                          i, (long long)dx->shape[i], i, (long long)x->shape[i]);
         p.dx = dx->data;
-        for (int i = 0; i < p.nouter; ++i) p.dx_ostr[i] = dx->strides[i];
-        p.dx_dstr = dx->strides[x->ndim - 1];
+        copy_outer_strides(p.dx_ostr, dx, p.nouter);
+        p.dx_dstr = fc_numel(dx) == 0 ? 0 : dx->strides[x->ndim - 1];
     }
     if (dw) {
         FC_TRY(fc_check_tensor(dw, "dw", 1, 1));
@@ -112,7 +134,7 @@ FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const 
         FC_RETURN_IF(dw->shape[0] != p.D, FLASHC_ERR_SHAPE, "dw.shape[0]=%lld must equal D=%lld",
                      (long long)dw->shape[0], (long long)p.D);
         p.dw = dw->data;
-        p.dw_str = dw->strides[0];
+        p.dw_str = p.D == 0 ? 0 : dw->strides[0];
     }
     p.stream = ep.stream;
     const void *ptrs[] = {p.x, p.w, p.dy, p.dx, p.dw};

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 static int failures = 0, checks = 0;
 
@@ -473,7 +475,423 @@ static void check_error_paths(void) {
     CHECK(flashc_last_error()[0] == '\0', "message not cleared: %s", flashc_last_error());
 }
 
-int main(void) {
+/* ------------------------------------------------ issue 11: reliability */
+/* Every tensor of these checks lives in a heap buffer of exactly its size,
+ * so that the sanitizer build (FLASHC_SANITIZE, run by scripts/test) sees any
+ * access past it. */
+
+/* A dense [a, b, c, d] tensor of `dtype` in its own exact-size heap buffer,
+ * filled with uniform values in [-amp, amp] (or NAN when amp is NAN). */
+static flashc_tensor heap4(int dtype, int64_t a, int64_t b, int64_t c, int64_t d, double amp) {
+    const size_t n = (size_t)(a * b * c * d), esz = flashc_dtype_size(dtype);
+    void *p = malloc(n * esz > 0 ? n * esz : 1);
+    for (size_t i = 0; i < n; ++i) {
+        const double x = isnan(amp) ? NAN : amp * frand();
+        if (dtype == FLASHC_F64) ((double *)p)[i] = x;
+        else ((float *)p)[i] = (float)x; /* tests below use F32/F64 only */
+    }
+    return t4(p, dtype, a, b, c, d);
+}
+static flashc_tensor heap3(int dtype, int64_t a, int64_t b, int64_t c) {
+    const int64_t sh[3] = {a, b, c};
+    const size_t n = (size_t)(a * b * c) * flashc_dtype_size(dtype);
+    return t_nd(malloc(n > 0 ? n : 1), dtype, 3, sh);
+}
+static double tget(const flashc_tensor *t, int64_t i) {
+    return t->dtype == FLASHC_F64 ? ((const double *)t->data)[i] : (double)((const float *)t->data)[i];
+}
+static int64_t tnumel(const flashc_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
+    return n;
+}
+/* max |a − b| / (1 + |b|) over two same-shape dense tensors; NaN counts as huge. */
+static double tdiff(const flashc_tensor *a, const flashc_tensor *b) {
+    double e = 0.0;
+    for (int64_t i = 0; i < tnumel(a); ++i) {
+        const double x = tget(a, i), y = tget(b, i);
+        if (x != y) e = fmax(e, isnan(x - y) ? INFINITY : fabs(x - y) / (1.0 + fabs(y)));
+    }
+    return e;
+}
+
+typedef struct attn_case {
+    flashc_tensor q, k, v, o, lse, dout, dq, dk, dv;
+} attn_case;
+
+static attn_case attn_case_make(int dt, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D,
+                                double amp) {
+    attn_case c;
+    c.q = heap4(dt, B, Sq, Hq, D, amp);
+    c.k = heap4(dt, B, Sk, Hkv, D, amp);
+    c.v = heap4(dt, B, Sk, Hkv, D, 1.0);
+    c.dout = heap4(dt, B, Sq, Hq, D, 1.0);
+    c.o = heap4(dt, B, Sq, Hq, D, NAN);
+    c.dq = heap4(dt, B, Sq, Hq, D, NAN);
+    c.dk = heap4(dt, B, Sk, Hkv, D, NAN);
+    c.dv = heap4(dt, B, Sk, Hkv, D, NAN);
+    c.lse = heap3(dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32, B, Hq, Sq);
+    return c;
+}
+static void attn_case_free(attn_case *c) {
+    flashc_tensor *ts[] = {&c->q, &c->k, &c->v, &c->o, &c->lse, &c->dout, &c->dq, &c->dk, &c->dv};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; ++i) free(ts[i]->data);
+}
+static flashc_status attn_case_run(attn_case *c, const flashc_attn_params *p) {
+    flashc_status s = flashc_attn_fwd(&c->q, &c->k, &c->v, &c->o, &c->lse, p);
+    if (s != FLASHC_OK) return s;
+    return flashc_attn_bwd(&c->dout, &c->q, &c->k, &c->v, &c->o, &c->lse, &c->dq, &c->dk, &c->dv, NULL, p);
+}
+/* Largest difference of o, lse, dq, dk, dv between two runs of one problem. */
+static double attn_case_diff(const attn_case *a, const attn_case *b) {
+    double e = tdiff(&a->o, &b->o);
+    e = fmax(e, tdiff(&a->lse, &b->lse));
+    e = fmax(e, tdiff(&a->dq, &b->dq));
+    e = fmax(e, tdiff(&a->dk, &b->dk));
+    return fmax(e, tdiff(&a->dv, &b->dv));
+}
+/* b gets a's inputs (same shapes). */
+static void attn_case_copy_inputs(attn_case *b, const attn_case *a) {
+    const size_t esz = flashc_dtype_size(a->q.dtype);
+    memcpy(b->q.data, a->q.data, (size_t)tnumel(&a->q) * esz);
+    memcpy(b->k.data, a->k.data, (size_t)tnumel(&a->k) * esz);
+    memcpy(b->v.data, a->v.data, (size_t)tnumel(&a->v) * esz);
+    memcpy(b->dout.data, a->dout.data, (size_t)tnumel(&a->dout) * esz);
+}
+
+static const char *const ISAS[] = {"scalar", "avx2", "avx512"};
+
+/* #1: the two-pass backward read its L/Δ staging buffers a vector past the
+ * end (Sq = 1, Sk = 8, D = 8 F32 was enough; an ASan report). Two-pass and
+ * fused give the same gradients, on every ISA, for small odd shapes. */
+static void check_twopass_small(void) {
+    const int64_t shapes[][6] = {{1, 1, 8, 1, 1, 8}, {1, 3, 8, 2, 1, 8}, {2, 1, 17, 4, 2, 5}, {1, 33, 9, 1, 1, 16}};
+    for (int is = 0; is < 3; ++is) {
+        setenv("FLASHC_CPU_ISA", ISAS[is], 1);
+        for (size_t t = 0; t < sizeof shapes / sizeof *shapes; ++t)
+            for (int dt = 0; dt < 2; ++dt) {
+                const int dtype = dt ? FLASHC_F64 : FLASHC_F32;
+                const int64_t *s = shapes[t];
+                attn_case a = attn_case_make(dtype, s[0], s[1], s[2], s[3], s[4], s[5], 1.0);
+                attn_case b = attn_case_make(dtype, s[0], s[1], s[2], s[3], s[4], s[5], 1.0);
+                attn_case_copy_inputs(&b, &a);
+                flashc_attn_params p = flashc_attn_params_default();
+                p.backend = FLASHC_BACKEND_CPU;
+                p.causal = (int)(t & 1);
+                CHECK(attn_case_run(&a, &p) == FLASHC_OK, "fused: %s", flashc_last_error());
+                setenv("FLASHC_CPU_BWD", "twopass", 1);
+                CHECK(attn_case_run(&b, &p) == FLASHC_OK, "twopass: %s", flashc_last_error());
+                unsetenv("FLASHC_CPU_BWD");
+                const double e = attn_case_diff(&a, &b);
+                CHECK(e < (dt ? 1e-12 : 1e-5), "twopass vs fused (%s, shape %zu, dtype %d): %.3g", ISAS[is], t,
+                      dtype, e);
+                attn_case_free(&a);
+                attn_case_free(&b);
+            }
+    }
+    unsetenv("FLASHC_CPU_ISA");
+}
+
+/* #2: window sizes near INT64_MAX overflowed int64 (every row came back
+ * O = 0, L = −inf). A window wider than the sequence is an open side: the
+ * result must equal the unwindowed one, bit for bit, forward and backward. */
+static void check_huge_windows(void) {
+    const int64_t big[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2, ((int64_t)1 << 62) + 3, 4};
+    for (int dt = 0; dt < 2; ++dt) {
+        const int dtype = dt ? FLASHC_F64 : FLASHC_F32;
+        attn_case ref = attn_case_make(dtype, 1, 4, 4, 2, 1, 8, 1.0);
+        flashc_attn_params p = flashc_attn_params_default();
+        p.backend = FLASHC_BACKEND_CPU;
+        CHECK(attn_case_run(&ref, &p) == FLASHC_OK, "unwindowed: %s", flashc_last_error());
+        for (size_t l = 0; l < sizeof big / sizeof *big; ++l)
+            for (size_t r = 0; r < sizeof big / sizeof *big; ++r)
+                for (int sink = 0; sink < 2; ++sink) {
+                    attn_case c = attn_case_make(dtype, 1, 4, 4, 2, 1, 8, 1.0);
+                    attn_case_copy_inputs(&c, &ref);
+                    p.window_left = big[l];
+                    p.window_right = big[r];
+                    p.num_sink_tokens = sink ? INT64_MAX : 0;
+                    CHECK(attn_case_run(&c, &p) == FLASHC_OK, "window (%lld, %lld): %s", (long long)big[l],
+                          (long long)big[r], flashc_last_error());
+                    CHECK(attn_case_diff(&c, &ref) == 0.0, "window (%lld, %lld) sinks %d differs from no window",
+                          (long long)big[l], (long long)big[r], sink);
+                    attn_case_free(&c);
+                }
+        attn_case_free(&ref);
+    }
+}
+
+/* #4: |softmax_scale| > FLASHC_SOFTMAX_SCALE_MAX is refused (fwd and bwd,
+ * every dtype); the bound itself is accepted and computed correctly (F64,
+ * against scale·<q, k> computed here, with inputs small enough that the
+ * logits stay moderate). */
+static void check_softmax_scale_bound(void) {
+    const double bad[] = {2 * FLASHC_SOFTMAX_SCALE_MAX, -2 * FLASHC_SOFTMAX_SCALE_MAX, 1e30, -1e30, 1e39, 1e300,
+                          1.7e308};
+    const int dts[] = {FLASHC_F32, FLASHC_F16, FLASHC_BF16, FLASHC_F64};
+    for (int di = 0; di < 4; ++di) {
+        const int dt = dts[di];
+        attn_case c = attn_case_make(dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32, 1, 3, 5, 2, 1, 4, 1.0);
+        c.q.dtype = c.k.dtype = c.v.dtype = c.o.dtype = c.dout.dtype = c.dq.dtype = c.dk.dtype = c.dv.dtype = dt;
+        flashc_attn_params p = flashc_attn_params_default();
+        p.backend = FLASHC_BACKEND_CPU;
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
+            p.softmax_scale = bad[i];
+            EXPECT_ERR(flashc_attn_fwd(&c.q, &c.k, &c.v, &c.o, &c.lse, &p), FLASHC_ERR_INVALID_ARGUMENT,
+                       "FLASHC_SOFTMAX_SCALE_MAX");
+            EXPECT_ERR(flashc_attn_bwd(&c.dout, &c.q, &c.k, &c.v, &c.o, &c.lse, &c.dq, &c.dk, &c.dv, NULL, &p),
+                       FLASHC_ERR_INVALID_ARGUMENT, "FLASHC_SOFTMAX_SCALE_MAX");
+        }
+        attn_case_free(&c);
+    }
+    /* At the bound, F64: q·k ≈ 1e-4 keeps the logits within ±~10. */
+    enum { SQ = 3, SK = 5, D = 4 };
+    attn_case c = attn_case_make(FLASHC_F64, 1, SQ, SK, 1, 1, D, 0.01);
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    for (int sign = -1; sign <= 1; sign += 2) {
+        p.softmax_scale = sign * FLASHC_SOFTMAX_SCALE_MAX;
+        CHECK(attn_case_run(&c, &p) == FLASHC_OK, "scale %g: %s", p.softmax_scale, flashc_last_error());
+        const double *q = c.q.data, *k = c.k.data, *v = c.v.data, *o = c.o.data, *lse = c.lse.data;
+        const double *dq = c.dq.data, *dk = c.dk.data, *dout = c.dout.data;
+        double err = 0.0, dqref[SQ][D] = {{0}}, dkref[SK][D] = {{0}};
+        for (int i = 0; i < SQ; ++i) {
+            double x[SK], m = -INFINITY, l = 0.0, oi[D] = {0}, dp[SK], delta = 0.0;
+            for (int j = 0; j < SK; ++j) {
+                double dot = 0.0;
+                for (int d = 0; d < D; ++d) dot += q[i * D + d] * k[j * D + d];
+                x[j] = p.softmax_scale * dot;
+                m = fmax(m, x[j]);
+            }
+            for (int j = 0; j < SK; ++j) l += exp(x[j] - m);
+            for (int j = 0; j < SK; ++j)
+                for (int d = 0; d < D; ++d) oi[d] += exp(x[j] - m) / l * v[j * D + d];
+            for (int d = 0; d < D; ++d) err = fmax(err, fabs(oi[d] - o[i * D + d]));
+            err = fmax(err, fabs(m + log(l) - lse[i]) / (1.0 + fabs(lse[i])));
+            for (int d = 0; d < D; ++d) delta += dout[i * D + d] * oi[d];
+            for (int j = 0; j < SK; ++j) {
+                dp[j] = 0.0;
+                for (int d = 0; d < D; ++d) dp[j] += dout[i * D + d] * v[j * D + d];
+                const double ds = exp(x[j] - m) / l * (dp[j] - delta) * p.softmax_scale;
+                for (int d = 0; d < D; ++d) {
+                    dqref[i][d] += ds * k[j * D + d];
+                    dkref[j][d] += ds * q[i * D + d];
+                }
+            }
+        }
+        for (int i = 0; i < SQ; ++i)
+            for (int d = 0; d < D; ++d) err = fmax(err, fabs(dqref[i][d] - dq[i * D + d]) / (1.0 + fabs(dqref[i][d])));
+        for (int j = 0; j < SK; ++j)
+            for (int d = 0; d < D; ++d) err = fmax(err, fabs(dkref[j][d] - dk[j * D + d]) / (1.0 + fabs(dkref[j][d])));
+        CHECK(err < 1e-9, "scale %g: error %.3g against the F64 loop", p.softmax_scale, err);
+    }
+    attn_case_free(&c);
+}
+
+/* #5: offsets formed from the unchecked strides of empty inputs, span + 1
+ * with span = INT64_MAX, memcpy from a NULL w of length 0 (UBSan reports,
+ * harmless at -O2 so far). */
+static void check_empty_and_extreme_strides(void) {
+    /* span = INT64_MAX: the byte offset overflows; must be an error, not UB. */
+    float *buf = malloc(16 * sizeof(float));
+    flashc_tensor x = t4(buf, FLASHC_F32, 1, 2, 1, 1);
+    x.strides[1] = INT64_MAX; /* span = INT64_MAX exactly: span + 1 overflows */
+    flashc_tensor xw = t_nd(buf, FLASHC_F32, 2, (const int64_t[]){2, 1});
+    xw.strides[0] = INT64_MAX;
+    flashc_tensor w = t_nd(buf, FLASHC_F32, 1, (const int64_t[]){1});
+    flashc_tensor y = t_nd(buf + 8, FLASHC_F32, 1, (const int64_t[]){2});
+    EXPECT_ERR(flashc_weighted_sum(&xw, &w, &y, NULL), FLASHC_ERR_OVERFLOW, "overflows");
+    flashc_tensor k = t4(buf, FLASHC_F32, 1, 2, 1, 1), o = t4(buf + 8, FLASHC_F32, 1, 2, 1, 1);
+    EXPECT_ERR(flashc_attn_fwd(&x, &k, &k, &o, NULL, NULL), FLASHC_ERR_OVERFLOW, "overflows");
+    free(buf);
+
+    /* Weighted sum with D = 0: x [3, 0] and w [0] empty, NULL, wild strides;
+     * y = 0. Backward: nothing to write. */
+    float *yv = malloc(3 * sizeof(double)); /* room for y in every dtype */
+    for (int i = 0; i < 3; ++i) yv[i] = NAN;
+    flashc_tensor ex = t_nd(NULL, FLASHC_F32, 2, (const int64_t[]){3, 0});
+    ex.strides[0] = INT64_MAX;
+    ex.strides[1] = INT64_MAX - 7;
+    flashc_tensor ew = t_nd(NULL, FLASHC_F32, 1, (const int64_t[]){0});
+    ew.strides[0] = INT64_MAX;
+    flashc_tensor ey = t_nd(yv, FLASHC_F32, 1, (const int64_t[]){3});
+    for (int dt = 0; dt < 4; ++dt) {
+        ex.dtype = ew.dtype = ey.dtype = dt;
+        flashc_status s = flashc_weighted_sum(&ex, &ew, &ey, NULL);
+        CHECK(s == FLASHC_OK, "weighted_sum D=0 dtype %d: %s", dt, flashc_last_error());
+    }
+    ey.dtype = ex.dtype = ew.dtype = FLASHC_F32;
+    for (int i = 0; i < 3; ++i) yv[i] = NAN;
+    CHECK(flashc_weighted_sum(&ex, &ew, &ey, NULL) == FLASHC_OK && yv[0] == 0 && yv[1] == 0 && yv[2] == 0,
+          "weighted_sum D=0 must write y = 0");
+    flashc_tensor edx = ex, edw = ew;
+    CHECK(flashc_weighted_sum_bwd(&ey, &ex, &ew, &edx, &edw, NULL) == FLASHC_OK, "weighted_sum_bwd D=0: %s",
+          flashc_last_error());
+    free(yv);
+
+    /* Attention with Sk = 0: k, v empty (NULL, wild strides); o = 0, lse = −inf. */
+    attn_case c = attn_case_make(FLASHC_F32, 1, 3, 0, 2, 1, 8, 1.0);
+    free(c.k.data), free(c.v.data);
+    c.k.data = c.v.data = NULL;
+    for (int i = 0; i < 4; ++i) c.k.strides[i] = c.v.strides[i] = INT64_MAX - i;
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    flashc_status s = flashc_attn_fwd(&c.q, &c.k, &c.v, &c.o, &c.lse, &p);
+    CHECK(s == FLASHC_OK, "Sk = 0: %s", flashc_last_error());
+    int ok = 1;
+    for (int64_t i = 0; i < tnumel(&c.o); ++i) ok &= tget(&c.o, i) == 0.0;
+    for (int64_t i = 0; i < tnumel(&c.lse); ++i) ok &= tget(&c.lse, i) == -INFINITY;
+    CHECK(ok, "Sk = 0: o must be 0 and lse -inf");
+    s = flashc_attn_bwd(&c.dout, &c.q, &c.k, &c.v, &c.o, &c.lse, &c.dq, &c.dk, &c.dv, NULL, &p);
+    CHECK(s == FLASHC_OK, "Sk = 0 bwd: %s", flashc_last_error());
+    ok = 1;
+    for (int64_t i = 0; i < tnumel(&c.dq); ++i) ok &= tget(&c.dq, i) == 0.0;
+    CHECK(ok, "Sk = 0: dq must be 0");
+    attn_case_free(&c);
+
+    /* The empty-tensor check does not depend on the axis order: x [0, 2^62,
+     * 2^62, 4], [2^62, 0, 2^62, 4], [2^62, 2^62, 0, 4] are all empty. */
+    float wv[4] = {1, 2, 3, 4};
+    flashc_tensor w4 = t_nd(wv, FLASHC_F32, 1, (const int64_t[]){4});
+    for (int z = 0; z < 3; ++z) {
+        int64_t sh[4] = {(int64_t)1 << 62, (int64_t)1 << 62, (int64_t)1 << 62, 4};
+        sh[z] = 0;
+        flashc_tensor tx = t_nd(NULL, FLASHC_F32, 0, sh), ty = t_nd(NULL, FLASHC_F32, 0, sh);
+        tx.ndim = 4, ty.ndim = 3; /* (strides stay 0: t_nd's products would overflow) */
+        memcpy(tx.shape, sh, sizeof sh), memcpy(ty.shape, sh, 3 * sizeof *sh);
+        flashc_status st = flashc_weighted_sum(&tx, &w4, &ty, NULL);
+        CHECK(st == FLASHC_OK, "empty x with the zero extent on axis %d: %s %s", z, flashc_status_string(st),
+              flashc_last_error());
+    }
+}
+
+/* #6: an empty backward (Sq = 0 or Sk = 0) with B or Hq = 2^40 looped over
+ * every (b, h) row; it must return at once (and still zero dk, dv). */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void check_empty_backward_fast(void) {
+    const int64_t H = (int64_t)1 << 40;
+    /* Sq = 0, Hq = 2^40, Hkv = 1: dk, dv [1, 4, 1, 8] must become 0. */
+    flashc_tensor q = t4(NULL, FLASHC_F32, 1, 0, H, 8), lse = t_nd(NULL, FLASHC_F32, 3, (const int64_t[]){1, H, 0});
+    flashc_tensor k = heap4(FLASHC_F32, 1, 4, 1, 8, 1.0), v = heap4(FLASHC_F32, 1, 4, 1, 8, 1.0);
+    flashc_tensor dk = heap4(FLASHC_F32, 1, 4, 1, 8, NAN), dv = heap4(FLASHC_F32, 1, 4, 1, 8, NAN);
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    double t0 = now_s();
+    flashc_status s = flashc_attn_bwd(&q, &q, &k, &v, &q, &lse, &q, &dk, &dv, NULL, &p);
+    double t = now_s() - t0;
+    CHECK(s == FLASHC_OK, "Sq = 0, Hq = 2^40: %s", flashc_last_error());
+    CHECK(t < 1.0, "Sq = 0, Hq = 2^40: %.2f s (must return at once)", t);
+    int ok = 1;
+    for (int i = 0; i < 32; ++i) ok &= ((float *)dk.data)[i] == 0.0f && ((float *)dv.data)[i] == 0.0f;
+    CHECK(ok, "Sq = 0: dk, dv must be 0");
+    /* B = 2^40, Sq = Sk = 0 (everything empty); and the forward. */
+    flashc_tensor q2 = t4(NULL, FLASHC_F32, H, 0, 2, 8), k2 = t4(NULL, FLASHC_F32, H, 0, 1, 8);
+    flashc_tensor l2 = t_nd(NULL, FLASHC_F32, 3, (const int64_t[]){H, 2, 0});
+    t0 = now_s();
+    s = flashc_attn_bwd(&q2, &q2, &k2, &k2, &q2, &l2, &q2, &k2, &k2, NULL, &p);
+    CHECK(s == FLASHC_OK, "B = 2^40, Sq = Sk = 0 bwd: %s", flashc_last_error());
+    s = flashc_attn_fwd(&q2, &k2, &k2, &q2, &l2, &p);
+    CHECK(s == FLASHC_OK, "B = 2^40, Sq = Sk = 0 fwd: %s", flashc_last_error());
+    t = now_s() - t0;
+    CHECK(t < 1.0, "B = 2^40, Sq = Sk = 0: %.2f s (must return at once)", t);
+    free(k.data), free(v.data), free(dk.data), free(dv.data);
+}
+
+/* Outputs that overlap themselves through non-zero strides are refused;
+ * transposed, flipped and sliced outputs are not. */
+static void check_output_overlap(void) {
+    enum { S = 4, H = 2, D = 8 };
+    float *q = malloc(S * H * D * sizeof(float)), *o = malloc(2 * S * H * D * sizeof(float));
+    for (int i = 0; i < S * H * D; ++i) q[i] = (float)frand();
+    flashc_tensor tq = t4(q, FLASHC_F32, 1, S, H, D), to = t4(o, FLASHC_F32, 1, S, H, D);
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    flashc_tensor bad = to;
+    bad.strides[1] = D; /* rows overlap the heads of the previous row */
+    EXPECT_ERR(flashc_attn_fwd(&tq, &tq, &tq, &bad, NULL, &p), FLASHC_ERR_STRIDE, "overlaps itself");
+    bad = to;
+    bad.strides[3] = 2; /* d overlaps the next head */
+    EXPECT_ERR(flashc_attn_fwd(&tq, &tq, &tq, &bad, NULL, &p), FLASHC_ERR_STRIDE, "overlaps itself");
+    flashc_tensor lse = t_nd(o, FLASHC_F32, 3, (const int64_t[]){1, H, S});
+    lse.strides[1] = 1; /* h and s both stride 1 */
+    EXPECT_ERR(flashc_attn_fwd(&tq, &tq, &tq, &to, &lse, &p), FLASHC_ERR_STRIDE, "lse.strides");
+    flashc_tensor dq = to;
+    dq.strides[2] = 3;
+    EXPECT_ERR(flashc_attn_bwd(&tq, &tq, &tq, &tq, &tq, &lse, &dq, &tq, &tq, NULL, &p), FLASHC_ERR_STRIDE,
+               "overlaps itself");
+    float xv[3] = {1, 2, 3}, wv[3] = {1, 1, 1}, yv[4];
+    flashc_tensor w = t_nd(wv, FLASHC_F32, 1, (const int64_t[]){3});
+    flashc_tensor y = t_nd(yv, FLASHC_F32, 2, (const int64_t[]){2, 2});
+    flashc_tensor x = t_nd(xv, FLASHC_F32, 3, (const int64_t[]){2, 2, 3});
+    x.strides[0] = x.strides[1] = 0; /* inputs may broadcast */
+    y.strides[0] = 1;
+    y.strides[1] = 1;
+    EXPECT_ERR(flashc_weighted_sum(&x, &w, &y, NULL), FLASHC_ERR_STRIDE, "y.strides");
+    /* Fine: o as [B, H, S, D] in memory, with the S axis flipped. */
+    flashc_tensor good = to;
+    good.strides[2] = S * D;
+    good.strides[1] = -D;
+    good.data = o + (S - 1) * D;
+    CHECK(flashc_attn_fwd(&tq, &tq, &tq, &good, NULL, &p) == FLASHC_OK, "flipped, transposed o: %s",
+          flashc_last_error());
+    free(q);
+    free(o);
+}
+
+/* #7: the OpenMP runtime exits the process when it cannot create a thread.
+ * In a child process with OMP_NUM_THREADS=64 and an address-space limit
+ * that cannot hold 63 thread stacks, the calls must still return (with a
+ * smaller team) and be right. The child is this program, re-executed. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FC_TEST_HAVE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FC_TEST_HAVE_ASAN 1
+#endif
+#endif
+static int omp_child(void) {
+    /* Address space now + 200 MiB: 63 stacks of 8 MiB do not fit. */
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f || fscanf(f, "%lu", &pages) != 1) return 3;
+    fclose(f);
+    struct rlimit rl = {(rlim_t)pages * 4096 + (200ul << 20), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) return 4;
+    attn_case a = attn_case_make(FLASHC_F32, 2, 130, 70, 8, 2, 16, 1.0);
+    attn_case b = attn_case_make(FLASHC_F32, 2, 130, 70, 8, 2, 16, 1.0);
+    attn_case_copy_inputs(&b, &a);
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    if (attn_case_run(&a, &p) != FLASHC_OK) return 5;
+    setenv("FLASHC_CPU_ISA", "scalar", 1);
+    if (attn_case_run(&b, &p) != FLASHC_OK) return 6;
+    if (!(attn_case_diff(&a, &b) < 1e-4)) return 7;
+    float *xv = malloc(4096 * 64 * sizeof(float)), *yv = malloc(4096 * sizeof(float));
+    for (int i = 0; i < 4096 * 64; ++i) xv[i] = 1.0f;
+    flashc_tensor x = t_nd(xv, FLASHC_F32, 2, (const int64_t[]){4096, 64});
+    flashc_tensor w = t_nd(xv, FLASHC_F32, 1, (const int64_t[]){64}), y = t_nd(yv, FLASHC_F32, 1, (const int64_t[]){4096});
+    if (flashc_weighted_sum(&x, &w, &y, NULL) != FLASHC_OK || yv[4095] != 64.0f) return 8;
+    return 0;
+}
+static void check_omp_thread_limit(const char *self) {
+#ifdef FC_TEST_HAVE_ASAN
+    (void)self;
+    printf("test_capi: OpenMP address-space check skipped (ASan reserves the address space)\n");
+#else
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env -u OMP_STACKSIZE -u GOMP_STACKSIZE OMP_NUM_THREADS=64 '%s' --omp-child", self);
+    const int rc = system(cmd);
+    CHECK(rc == 0, "OpenMP child under an address-space limit: exit status %d (the runtime exits with 1 when "
+                   "it cannot create a thread)", rc);
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--omp-child") == 0) return omp_child();
     srand(1234);
     CHECK(strcmp(flashc_version_string(), FLASHC_VERSION_STRING) == 0, "version string %s", flashc_version_string());
     CHECK(flashc_version_number() == FLASHC_VERSION_NUMBER, "version number");
@@ -495,6 +913,13 @@ int main(void) {
     check_params_versions();
     check_score_modifier_values();
     check_weighted_sum_values();
+    check_twopass_small();
+    check_huge_windows();
+    check_softmax_scale_bound();
+    check_empty_and_extreme_strides();
+    check_empty_backward_fast();
+    check_output_overlap();
+    check_omp_thread_limit(argv[0]);
     printf("test_capi: %d checks, %d failed (cpu isa %s, cuda %s)\n", checks, failures, flashc_cpu_isa(),
            cuda ? "available" : "unavailable");
     return failures ? 1 : 0;

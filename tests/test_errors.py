@@ -959,3 +959,50 @@ def test_params_new_fields_default():
     assert p.softcap == 0.0
     assert not p.alibi_slopes and not p.sinks and not p.dsinks
     assert _lib.flashc_attn_params.softcap.offset == 64  # FLASHC_ATTN_PARAMS_SIZE_V1 on LP64
+
+
+# ------------------------------------------- softmax_scale bound (issue 11)
+# flashc.h: |softmax_scale| <= FLASHC_SOFTMAX_SCALE_MAX = 2^16, else
+# FLASHC_ERR_INVALID_ARGUMENT (at 1e30 the backward's recomputed P was NaN,
+# at 1e39 the fp32 scale itself overflowed). At the bound the results are
+# right, forward and backward, in every dtype.
+SCALE_MAX = 65536.0
+SCALE_DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+@pytest.mark.parametrize("dtype", SCALE_DTYPES)
+@pytest.mark.parametrize("scale", [2 * SCALE_MAX, -2 * SCALE_MAX, 1e30, 1e39, 1e300, 1.7e308])
+def test_softmax_scale_above_bound(dtype, scale):
+    from reference import np_dtype
+    q, k, v = (a.astype(np_dtype(dtype)) for a in qkv(dtype=np.float64))
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, softmax_scale=scale,
+           match="FLASHC_SOFTMAX_SCALE_MAX")
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, q, q, k, v, o, lse,
+           softmax_scale=scale, match="FLASHC_SOFTMAX_SCALE_MAX")
+
+
+@pytest.mark.parametrize("dtype", SCALE_DTYPES)
+@pytest.mark.parametrize("sign", [1, -1])
+def test_softmax_scale_at_bound(dtype, sign, rng):
+    """Inputs with q·k ~ 1e-4, so that the logits at scale 2^16 are moderate."""
+    from reference import (attention_backward_reference, attention_reference, np_dtype)
+    B, Sq, Sk, Hq, Hkv, D = 1, 5, 7, 2, 1, 8
+    q = (rng.standard_normal((B, Sq, Hq, D)) * 4e-3).astype(np_dtype(dtype))
+    k = (rng.standard_normal((B, Sk, Hkv, D)) * 4e-3).astype(np_dtype(dtype))
+    v = rng.standard_normal((B, Sk, Hkv, D)).astype(np_dtype(dtype))
+    do = rng.standard_normal((B, Sq, Hq, D)).astype(np_dtype(dtype))
+    scale = sign * SCALE_MAX
+    o, lse = flashc.attention(q, k, v, softmax_scale=scale, causal=True, return_lse=True)
+    f = [np.asarray(a, np.float64) for a in (q, k, v, do)]
+    ro, rl = attention_reference(*f[:3], softmax_scale=scale, causal=True)[:2]
+    tol = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}[dtype]
+    assert np.all(np.isfinite(np.asarray(o, np.float64))) and np.all(np.isfinite(lse))
+    assert np.abs(np.asarray(o, np.float64) - ro).max() <= tol * 2
+    assert np.abs(np.asarray(lse, np.float64) - rl).max() <= tol * (1 + np.abs(rl).max())
+    g = flashc.attention_backward(do, q, k, v, o, lse, softmax_scale=scale, causal=True)
+    rg = attention_backward_reference(f[3], *f[:3], softmax_scale=scale, causal=True)
+    for a, r in zip(g[:3], rg[:3]):
+        a = np.asarray(a, np.float64)
+        assert np.all(np.isfinite(a))
+        assert np.abs(a - r).max() <= 4 * tol * (1 + np.abs(r).max())

@@ -22,7 +22,7 @@
 static void load_f32(int dt, const void *p, int64_t s, int64_t n, float *out) {
     if (dt == FLASHC_F32) {
         const float *x = (const float *)p;
-        if (s == 1) memcpy(out, x, (size_t)n * 4);
+        if (s == 1 && n > 0) memcpy(out, x, (size_t)n * 4); /* n = 0: x may be NULL */
         else for (int64_t i = 0; i < n; ++i) out[i] = x[i * s];
     } else if (dt == FLASHC_BF16) {
         const uint16_t *x = (const uint16_t *)p;
@@ -88,6 +88,16 @@ static void fwd_f32(const fc_wsum *p, const float *w) {
 
 flashc_status fc_cpu_weighted_sum(const fc_wsum *p) {
     if (p->R == 0) return FLASHC_OK;
+    if (p->D == 0) { /* y = 0; x and w are empty (maybe NULL) and never touched */
+        const float z = 0.0f;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < p->R; ++r) {
+            const int64_t yo = fc_wsum_row_offset(p, p->y_ostr, r);
+            if (p->dtype == FLASHC_F64) ((double *)p->y)[yo] = 0.0;
+            else store_f32(p->dtype, AT_W(p->y, p->dtype, yo), 1, 1, &z);
+        }
+        return FLASHC_OK;
+    }
     if (fc_wsum_simd_ok_fwd(p)) {
         switch (fc_cpu_isa_level()) {
         case FC_ISA_AVX512: return fc_wsum_fwd_avx512(p);
@@ -119,7 +129,7 @@ static flashc_status bwd_f64(const fc_wsum *p) {
     double *part = NULL;
     if (p->dw && D > 0) {
         part = (double *)malloc((size_t)nb * (size_t)D * sizeof(double));
-        if (!part) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: partial buffer (%lld x %lld)",
+        if (!part) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: dw partial buffer (%lld x %lld doubles)",
                                        (long long)nb, (long long)D);
     }
 #pragma omp parallel for schedule(static)
@@ -156,11 +166,12 @@ static flashc_status bwd_f32(const fc_wsum *p) {
     const int dt = p->dtype;
     const int64_t rpb = rows_per_block(p->R), nb = (p->R + rpb - 1) / rpb, D = p->D;
     float *w = (float *)malloc((size_t)(D > 0 ? D : 1) * sizeof(float));
+    if (!w) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: cannot allocate %lld floats for w",
+                                (long long)D);
     float *part = (p->dw && D > 0) ? (float *)malloc((size_t)nb * (size_t)D * sizeof(float)) : NULL;
-    if (!w || (p->dw && D > 0 && !part)) {
+    if (p->dw && D > 0 && !part) {
         free(w);
-        free(part);
-        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: partial buffer (%lld x %lld)",
+        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: dw partial buffer (%lld x %lld floats)",
                             (long long)nb, (long long)D);
     }
     load_f32(dt, p->w, p->w_str, D, w);
@@ -218,7 +229,7 @@ flashc_status fc_cpu_weighted_sum_bwd(const fc_wsum *p) {
         }
         return FLASHC_OK;
     }
-    if (p->R == 0) return FLASHC_OK;
+    if (p->R == 0 || p->D == 0) return FLASHC_OK; /* dx and dw are empty */
     if (fc_wsum_simd_ok_bwd(p)) {
         switch (fc_cpu_isa_level()) {
         case FC_ISA_AVX512: return fc_wsum_bwd_avx512(p);

@@ -308,9 +308,13 @@ static flashc_status FN(bwd_f32)(const fc_wsum *p) {
     float *w = (float *)FN(load_w)(p, Dp);
     float *part = p->dw ? (float *)malloc((size_t)nb * (size_t)Dp * sizeof(float)) : NULL;
     if (!w || (p->dw && !part)) {
+        const int w_failed = !w;
         free(w);
         free(part);
-        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: partial buffer (%lld x %lld)",
+        if (w_failed)
+            return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: w staging buffer (%lld floats)",
+                                (long long)Dp);
+        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: dw partial buffer (%lld x %lld floats)",
                             (long long)nb, (long long)Dp);
     }
 #pragma omp parallel for schedule(static)
@@ -404,9 +408,13 @@ static flashc_status FN(bwd_f64)(const fc_wsum *p) {
     double *w = (double *)FN(load_w)(p, Dp);
     double *part = p->dw ? (double *)malloc((size_t)nb * (size_t)Dp * sizeof(double)) : NULL;
     if (!w || (p->dw && !part)) {
+        const int w_failed = !w;
         free(w);
         free(part);
-        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: partial buffer (%lld x %lld)",
+        if (w_failed)
+            return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: w staging buffer (%lld doubles)",
+                                (long long)Dp);
+        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "weighted_sum_bwd: dw partial buffer (%lld x %lld doubles)",
                             (long long)nb, (long long)Dp);
     }
 #pragma omp parallel for schedule(static)
