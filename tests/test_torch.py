@@ -204,6 +204,23 @@ def test_matches_gpt_oss_sinks(shape, dtype, device):
                                    msg=lambda m: "%s: %s" % (name, m))
 
 
+def test_no_grad_path_matches_autograd_path(device):
+    """Inference (no_grad / no input needing grad) skips the autograd node and
+    the logsumexp; the output must be the autograd path's, bit for bit."""
+    dt = torch.float32
+    q, k, v = (randn(2, 37, 4, 16, dtype=dt, device=device) for _ in range(3))
+    sinks = torch.randn(4, device=device, requires_grad=True)
+    kw = dict(causal=True, sinks=sinks, softcap=20.0)
+    o_grad = ft.attention(q, k, v, **kw)
+    assert o_grad.grad_fn is not None
+    with torch.no_grad():
+        o_ng = ft.attention(q, k, v, **kw)
+    o_plain = ft.attention(q.detach(), k.detach(), v.detach(), **dict(kw, sinks=sinks.detach()))
+    for o in (o_ng, o_plain):
+        assert o.grad_fn is None and not o.requires_grad
+        assert torch.equal(o, o_grad.detach())
+
+
 # ---------------------------------------------------------------- errors
 
 

@@ -50,29 +50,45 @@ def _code(t, name):
 
 
 def _tensor(t, name):
-    """A flashc_tensor describing torch tensor t (strides in elements)."""
-    if t.dim() > _lib.FLASHC_MAX_DIMS:
+    """A flashc_tensor describing torch tensor t (strides in elements).
+    Per call cost matters (the user pays it on every step): slice
+    assignment into the ctypes arrays, no per-element loop."""
+    nd = t.dim()
+    if nd > _lib.FLASHC_MAX_DIMS:
         raise FlashcError(_lib.FLASHC_ERR_SHAPE, "%s has %d dimensions; flashc tensors have at "
-                          "most %d" % (name, t.dim(), _lib.FLASHC_MAX_DIMS))
+                          "most %d" % (name, nd, _lib.FLASHC_MAX_DIMS))
     x = _lib.flashc_tensor()
     x.data = t.data_ptr() or None
     x.dtype = _code(t, name)
-    x.ndim = t.dim()
-    for i, (n, s) in enumerate(zip(t.shape, t.stride())):
-        x.shape[i] = int(n)
-        x.strides[i] = int(s)
+    x.ndim = nd
+    x.shape[:nd] = t.shape
+    x.strides[:nd] = t.stride()
     return x
+
+
+# torch's current stream as a raw cudaStream_t without building a Stream
+# object (torch.cuda.current_stream costs ~15 us a call); the public call
+# where this private one is missing.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _placement(tensors):
     """(backend code, stream handle) for tensors that must share one device."""
-    devs = {t.device for t in tensors if t is not None}
-    if len(devs) > 1:
-        raise FlashcError(_lib.FLASHC_ERR_DEVICE_MISMATCH,
-                          "tensors are on different devices: %s" % sorted(str(d) for d in devs))
-    dev = devs.pop()
+    dev = None
+    for t in tensors:
+        if t is None:
+            continue
+        d = t.device
+        if dev is None:
+            dev = d
+        elif d != dev:
+            devs = {str(x.device) for x in tensors if x is not None}
+            raise FlashcError(_lib.FLASHC_ERR_DEVICE_MISMATCH,
+                              "tensors are on different devices: %s" % sorted(devs))
     if dev.type == "cuda":
-        return _lib.FLASHC_BACKEND_CUDA, torch.cuda.current_stream(dev).cuda_stream or None
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        stream = _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
+        return _lib.FLASHC_BACKEND_CUDA, stream or None
     if dev.type != "cpu":
         raise FlashcError(_lib.FLASHC_ERR_UNSUPPORTED, "flashc runs on cpu and cuda tensors, "
                           "not %s" % dev.type)
@@ -103,26 +119,33 @@ def _head_vector(x, q, name):
     return x.detach().to(device=q.device, dtype=want)
 
 
+def _attn_fwd(q, k, v, sinks, alibi_slopes, kw, want_lse):
+    """o (and lse, or None) of one forward; sinks / slopes as _head_vector
+    made them. lse is skipped (NULL) when want_lse is false."""
+    backend, stream = _placement((q, k, v))
+    o = q.new_empty(q.shape)
+    lse = None
+    if want_lse and q.dim() == 4:  # else the library reports the shape error
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]),
+                          dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+    p = attn_params(backend, stream=stream,
+                    sinks=_tensor(sinks, "sinks") if sinks is not None else None,
+                    alibi_slopes=_tensor(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None,
+                    **kw)
+    _check(_lib.flashc_attn_fwd(_ref(_tensor(q, "q")), _ref(_tensor(k, "k")),
+                                _ref(_tensor(v, "v")), _ref(_tensor(o, "o")),
+                                _ref(_tensor(lse, "lse")) if lse is not None else None,
+                                _ref(p)))
+    return o, lse
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sinks, alibi_slopes, kw):
         q, k, v = q.detach(), k.detach(), v.detach()
         s = _head_vector(sinks, q, "sinks")
         a = _head_vector(alibi_slopes, q, "alibi_slopes")
-        backend, stream = _placement((q, k, v))
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = None
-        if q.dim() == 4:  # else the library reports the shape error
-            lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]),
-                              dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
-                              device=q.device)
-        p = attn_params(backend, stream=stream,
-                        sinks=_tensor(s, "sinks") if s is not None else None,
-                        alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None, **kw)
-        _check(_lib.flashc_attn_fwd(_ref(_tensor(q, "q")), _ref(_tensor(k, "k")),
-                                    _ref(_tensor(v, "v")), _ref(_tensor(o, "o")),
-                                    _ref(_tensor(lse, "lse")) if lse is not None else None,
-                                    _ref(p)))
+        o, lse = _attn_fwd(q, k, v, s, a, kw, True)
         ctx.save_for_backward(q, k, v, o, lse, s, a)
         ctx.kw = kw
         ctx.sinks_like = (sinks.dtype, sinks.device) if torch.is_tensor(sinks) else None
@@ -135,10 +158,8 @@ class _Attention(torch.autograd.Function):
         backend, stream = _placement((q, k, v, do))
         if do.dtype != q.dtype:
             do = do.to(q.dtype)
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-        ds = torch.empty(s.shape, dtype=s.dtype, device=s.device) if s is not None else None
+        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        ds = s.new_empty(s.shape) if s is not None else None
         p = attn_params(backend, stream=stream,
                         sinks=_tensor(s, "sinks") if s is not None else None,
                         alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
@@ -179,7 +200,13 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
     """
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
               sink_tokens=int(sink_tokens), softcap=softcap)
-    return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            torch.is_tensor(sinks) and sinks.requires_grad)):
+        return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
+    # Nothing to differentiate (inference, torch.no_grad): no autograd node,
+    # no logsumexp — the same kernel, less per-call cost.
+    return _attn_fwd(q.detach(), k.detach(), v.detach(), _head_vector(sinks, q, "sinks"),
+                     _head_vector(alibi_slopes, q, "alibi_slopes"), kw, False)[0]
 
 
 # ------------------------------------------------------------ weighted sum

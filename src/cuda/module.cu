@@ -9,6 +9,7 @@
  */
 #include "fc_cuda.cuh"
 
+#include <mutex>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +38,28 @@ flashc_status fcc_cuda_error(cudaError_t e, const char *file, int line, const ch
                      cudaGetErrorName(e));
 }
 
+/* Raising a kernel's dynamic shared-memory limit is done once per (kernel,
+ * device, size) and remembered: cudaFuncSetAttribute and the attribute
+ * query cost microseconds that every call would otherwise pay. A small
+ * table under a mutex; when full, calls simply set the attribute again. */
 flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
     if (bytes <= 48 * 1024) return FLASHC_OK;
-    int dev = 0, optin = 0;
+    struct Entry {
+        const void *kernel;
+        int dev;
+        size_t bytes;
+    };
+    static Entry table[256];
+    static int used = 0;
+    static std::mutex mu;
+    int dev = 0;
     FCC_CHECK(cudaGetDevice(&dev));
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        for (int i = 0; i < used; ++i)
+            if (table[i].kernel == kernel && table[i].dev == dev && table[i].bytes >= bytes) return FLASHC_OK;
+    }
+    int optin = 0;
     FCC_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if ((size_t)optin < bytes)
         return fcc_error(FLASHC_ERR_UNSUPPORTED,
@@ -48,6 +67,8 @@ flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
                          name, bytes, dev, optin);
     FCC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bytes));
+    std::lock_guard<std::mutex> lock(mu);
+    if (used < 256) table[used++] = Entry{kernel, dev, bytes};
     return FLASHC_OK;
 }
 
