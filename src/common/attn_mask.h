@@ -173,16 +173,21 @@ static inline FC_HOST_DEVICE int fc_key_block_rows(const fc_mask *m, int64_t j0,
     const int64_t ia = fc_first_row(m, FC_ROWS_HI_GT, j0);
     const int64_t ib = fc_first_row(m, FC_ROWS_LO_GE, j1);
     const int64_t ic = fc_first_row(m, FC_ROWS_SE_GT, j0);
-    int n = 0;
     const int has_w = ia < ib, has_s = ic < m->Sq;
+    /* Constant indices only (device code keeps r0/r1 in registers); entries
+     * past the returned count are empty segments. */
+    r0[1] = ic;
+    r1[1] = m->Sq;
     if (has_w && has_s && ic <= ib) { /* touching or overlapping: one segment */
         r0[0] = ia < ic ? ia : ic;
         r1[0] = m->Sq;
+        r0[1] = r1[1] = 0;
         return 1;
     }
-    if (has_w) { r0[n] = ia; r1[n] = ib; ++n; }
-    if (has_s) { r0[n] = ic; r1[n] = m->Sq; ++n; }
-    return n;
+    r0[0] = has_w ? ia : ic;
+    r1[0] = has_w ? ib : m->Sq;
+    if (!(has_w && has_s)) r0[1] = r1[1] = 0;
+    return has_w + has_s;
 }
 
 #endif /* FLASHC_COMMON_ATTN_MASK_H */

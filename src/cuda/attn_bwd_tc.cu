@@ -311,10 +311,8 @@ __global__ void __launch_bounds__(NT, 2)
     {
         int64_t r0[2], r1[2];
         const int n = fc_key_block_rows(&p.mask, n0, n1, r0, r1);
-        for (int k = 0; k < n; ++k) {
-            seg_s[k] = (int)r0[k];
-            seg_e[k] = (int)r1[k];
-        }
+        if (n > 0) { seg_s[0] = (int)r0[0]; seg_e[0] = (int)r1[0]; } /* constant indices: no stack frame */
+        if (n > 1) { seg_s[1] = (int)r0[1]; seg_e[1] = (int)r1[1]; }
     }
     const int nt0 = (seg_e[0] - seg_s[0] + BQ - 1) / BQ;
     const int ntg = nt0 + (seg_e[1] - seg_s[1] + BQ - 1) / BQ;
