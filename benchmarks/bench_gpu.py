@@ -46,7 +46,7 @@ def load_flashc():
     except Exception as e:  # ImportError when libflashc.so is not built
         return None, str(e)
     if not mod.flashc_backend_available(mod.FLASHC_BACKEND_CUDA):
-        return None, "CUDA backend unavailable: %s" % mod.flashc_last_error().decode()
+        return None, mod.flashc_last_error().decode()  # "CUDA backend unavailable: <why>"
     return mod, ""
 
 

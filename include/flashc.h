@@ -234,14 +234,18 @@ typedef enum flashc_backend {
     FLASHC_BACKEND_CUDA = 2
 } flashc_backend;
 
-/* 1 when the backend can run here, 0 when not (flashc_last_error() then says
- * why: "CUDA module not built", "libcuda.so.1: cannot open …", "no CUDA
- * device"). AUTO and CPU are always available. */
+/* 1 when the backend can run here, 0 when not: flashc_last_error() then reads
+ * "CUDA backend unavailable: <why>", <why> one of "CUDA module not built
+ * (FLASHC_CUDA=OFF, or nvcc missing at build time)", "cannot load the module
+ * (…)", "no CUDA driver (…)", "CUDA driver too old: …", "no CUDA device (…)",
+ * "CUDA device N has compute capability …". AUTO and CPU are always
+ * available. */
 FLASHC_API int flashc_backend_available(int backend);
 
 /* The CPU SIMD path in use: "scalar", "avx2" or "avx512". Chosen once by
  * cpuid + XGETBV; FLASHC_CPU_ISA=scalar|avx2|avx512 in the environment forces
- * one (a path the CPU cannot run falls back to the best it can). */
+ * one (a path the CPU cannot run falls back to the best it can; another value
+ * is ignored here and refused by the compute calls, see "Environment"). */
 FLASHC_API const char *flashc_cpu_isa(void);
 
 /* Optional instruction-set extensions the CPU paths use on top of
@@ -257,8 +261,12 @@ FLASHC_API const char *flashc_cpu_features(void);
 
 /* Environment. flashc reads these variables (all optional; one policy for
  * all: read at every call that consults them, so a test may change one
- * between calls; unset, empty or an unknown value means "auto"). They exist
- * for tests and benchmarks; results are valid under every setting.
+ * between calls; unset or empty means "auto"). A value a variable does not
+ * accept is an error, not "auto": flashc_attn_fwd/bwd and
+ * flashc_weighted_sum/_bwd then return FLASHC_ERR_INVALID_ARGUMENT with a
+ * message naming the variable and its accepted values (the info calls
+ * flashc_cpu_isa()/flashc_cpu_features() cannot fail and ignore it). They
+ * exist for tests and benchmarks; results are valid under every setting.
  *   FLASHC_CPU_ISA=scalar|avx2|avx512  cap the CPU SIMD path (never above what the CPU runs)
  *   FLASHC_CPU_BF16=0|1                AVX512-BF16 paths off / on (see flashc_cpu_features)
  *   FLASHC_CPU_DECODE_ROWS=n           CPU forward: decode path up to n query rows per
@@ -268,7 +276,7 @@ FLASHC_API const char *flashc_cpu_features(void);
  *                                      Hopper wgmma forward (mma.sync, then generic)
  *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
  *                                      beside libflashc.so); read once, at the first load
- *   FLASHC_WSUM_VARIANT=0              CUDA weighted sum: generic kernels only */
+ *   FLASHC_WSUM_VARIANT=0|1            CUDA weighted sum: 0 = generic kernels only; 1 = auto */
 
 /* The largest |params.softmax_scale| accepted (flashc.h, "Scores"). */
 #define FLASHC_SOFTMAX_SCALE_MAX 65536.0
@@ -386,6 +394,14 @@ FLASHC_API flashc_status flashc_cuda_free(void *ptr); /* NULL is a no-op */
 FLASHC_API flashc_status flashc_cuda_memcpy(void *dst, const void *src,
                                             size_t bytes, int kind);
 FLASHC_API flashc_status flashc_cuda_synchronize(void);
+/* Orders work submitted to `stream` after this call behind all work already
+ * submitted to `producer` (an event recorded on producer, waited on by
+ * stream); asynchronous for the host, a no-op when both are the same stream.
+ * Both are cudaStream_t values: NULL or (void *)1 = the legacy default
+ * stream, (void *)2 = the per-thread default stream. Bindings use it to honour
+ * the stream an input was produced on (__cuda_array_interface__ v3 "stream",
+ * __cuda_stream__) before running on the call's params.stream. */
+FLASHC_API flashc_status flashc_cuda_stream_wait(void *stream, void *producer);
 /* *is_device = 1 when ptr is device-accessible memory, 0 for host memory
  * (also when the CUDA backend is unavailable: then every pointer is host). */
 FLASHC_API flashc_status flashc_pointer_is_device(const void *ptr, int *is_device);

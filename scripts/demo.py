@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""flashc demo: attention on random data with every available backend.
+"""flashc demo: attention on random data with every available backend, next to NumPy (and torch).
 
     python scripts/demo.py [--B 2] [--S 1024] [--Hq 8] [--Hkv 2] [--D 64] [--no-causal]
 
 For fp32 and bf16 (plus fp16/f64 with --all-dtypes) it runs flashc.attention
-on each backend (cpu; cuda when a GPU is usable), checks every result against
-a float64 reference computed with NumPy (materialised softmax, explicit mask)
-and against the other backends, and prints a table of backend, dtype, time
-(ms, best of --repeat), GFLOP/s and max relative error. Exits 1 if a check
-fails. Needs numpy and ml_dtypes; finds the library in build/lib (or
-$FLASHC_LIBRARY).
+on each backend (cpu; cuda when a GPU is usable) and, on the same inputs,
+the attention users already have: NumPy (materialised softmax, BLAS matmuls)
+in float64 (the reference every result is checked against) and in the
+inputs' dtype (float32 math for fp16/bf16, which NumPy has no fast matmul
+for), and torch's scaled_dot_product_attention on the CPU when torch is
+installed. It prints a table of implementation, dtype, time (ms, best of
+--repeat), GFLOP/s (the problem's useful FLOPs for every row, so rows compare) and max
+relative error against the float64 reference, then flashc's speed-up over
+each peer. Exits 1 if a flashc check fails. Needs numpy and ml_dtypes; finds
+the library in build/lib (or $FLASHC_LIBRARY).
 """
 
 import argparse
@@ -37,25 +41,51 @@ def np_dtype(name):
     return np.dtype(name)
 
 
-def reference(q, k, v, causal):
-    """Float64 attention, materialised; q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]."""
-    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+def numpy_attention(q, k, v, causal, dtype=np.float64):
+    """Softmax attention in NumPy, materialised, computed in `dtype`;
+    q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D] -> [B, Sq, Hq, D] in `dtype`."""
+    q, k, v = (a.astype(dtype) for a in (q, k, v))
     B, Sq, Hq, D = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
     g = Hq // Hkv
-    out = np.empty((B, Sq, Hq, D))
+    out = np.empty((B, Sq, Hq, D), dtype)
     i = np.arange(Sq)[:, None]
     j = np.arange(Sk)[None, :]
     mask = (j <= i + (Sk - Sq)) if causal else np.ones((Sq, Sk), bool)
+    scale = dtype(1.0 / math.sqrt(D))
     for h in range(Hq):  # one head at a time keeps memory at B·Sq·Sk
-        x = np.einsum("bqd,bkd->bqk", q[:, :, h], k[:, :, h // g]) / math.sqrt(D)
+        x = np.matmul(q[:, :, h], k[:, :, h // g].transpose(0, 2, 1)) * scale  # [B, Sq, Sk]
         x = np.where(mask, x, -np.inf)
         m = x.max(axis=-1, keepdims=True)
         m = np.where(np.isfinite(m), m, 0)
         p = np.exp(x - m)
         l = p.sum(axis=-1, keepdims=True)
-        out[:, :, h] = np.einsum("bqk,bkd->bqd", p, v[:, :, h // g]) / np.where(l > 0, l, 1)
+        out[:, :, h] = np.matmul(p, v[:, :, h // g]) / np.where(l > 0, l, 1)
     return out
+
+
+def torch_attention(q, k, v, causal):
+    """torch.nn.functional.scaled_dot_product_attention on the CPU, in the
+    inputs' dtype; None when torch is not installed."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+           "float64": torch.float64}[q.dtype.name]
+    g = q.shape[2] // k.shape[2]
+
+    def t(a, rep=1):  # [B, S, H, D] -> [B, H, S, D]
+        x = torch.from_numpy(a.astype(np.float32)).to(tdt).transpose(1, 2)
+        return x.repeat_interleave(rep, dim=1) if rep > 1 else x
+
+    tq, tk, tv = t(q), t(k, g), t(v, g)  # KV heads repeated once, outside the timing
+
+    def call():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    return call, torch.__version__
 
 
 def rel_err(a, ref):
@@ -76,6 +106,7 @@ def timed(fn, repeat):
 
 
 def run_backend(backend, q, k, v, causal, repeat):
+    """(output as NumPy, best time) of flashc on `backend`."""
     if backend == "cpu":
         call = lambda: flashc.attention(q, k, v, causal=causal, backend="cpu")  # noqa: E731
         return call(), timed(call, repeat)
@@ -104,6 +135,7 @@ def main(argv=None):
     ap.add_argument("--all-dtypes", action="store_true", help="also float16 and float64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-torch", action="store_true", help="leave torch out even when installed")
     args = ap.parse_args(argv)
     causal = not args.no_causal
     B, S, Hq, Hkv, D = args.B, args.S, args.Hq, args.Hkv, args.D
@@ -126,44 +158,65 @@ def main(argv=None):
     k64 = rng.standard_normal((B, S, Hkv, D))
     v64 = rng.standard_normal((B, S, Hkv, D))
 
-    header = "%-8s %-9s %10s %10s %12s %14s  %s" % (
-        "backend", "dtype", "time (ms)", "GFLOP/s", "rel err", "vs other bknd", "check")
+    header = "%-22s %-9s %10s %9s %10s  %s" % (
+        "implementation", "dtype", "time (ms)", "GFLOP/s", "rel err", "check")
     print(header)
     print("-" * len(header))
+    row = "%-22s %-9s %10.2f %9.1f %10.2e  %s"
     failed = []
+    speedups = []  # (dtype, peer, flashc cpu time / peer time)
     for dtype in dtypes:
         dt = np_dtype(dtype)
         q, k, v = (a.astype(dt) for a in (q64, k64, v64))
-        ref = reference(q, k, v, causal)  # from the rounded inputs
+        # The float64 reference from the rounded inputs: every result is checked against it.
+        t0 = time.perf_counter()
+        ref = numpy_attention(q, k, v, causal)
+        t_ref = time.perf_counter() - t0
         tol = TOLERANCE[dtype]
-        results = {}
+        results, times = {}, {}
         for backend in backends:
             try:
                 o, t = run_backend(backend, q, k, v, causal, args.repeat)
             except flashc.FlashcError as e:
-                print("%-8s %-9s  FAILED: %s" % (backend, dtype, e))
+                print("%-22s %-9s  FAILED: %s" % ("flashc " + backend, dtype, e))
                 failed.append((backend, dtype, str(e)))
                 continue
-            results[backend] = o
+            results[backend], times[backend] = o, t
             err = rel_err(o, ref)
-            cross = ""
             cross_err = 0.0
             if backend != backends[0] and backends[0] in results:
                 cross_err = rel_err(o, np.asarray(results[backends[0]], np.float64))
-                cross = "%.2e" % cross_err
             good = err <= tol and cross_err <= 2 * tol
             if not good:
-                failed.append((backend, dtype, "rel err %.3g (cross %.3g) > %.3g"
-                               % (err, cross_err, tol)))
-            print("%-8s %-9s %10.2f %10.1f %12.2e %14s  %s"
-                  % (backend, dtype, t * 1e3, flops / t / 1e9, err, cross or "-",
-                     "ok" if good else "FAIL (tol %.0e)" % tol))
+                failed.append((backend, dtype, "rel err %.3g (vs %s %.3g) > %.3g"
+                               % (err, backends[0], cross_err, tol)))
+            print(row % ("flashc " + backend, dtype, t * 1e3, flops / t / 1e9, err,
+                         "ok" if good else "FAIL (tol %.0e)" % tol))
+        # Peers on the same inputs: checked against the same reference, never failing the demo.
+        peers = [("numpy float64", t_ref, ref)]
+        if dtype != "float64":
+            math_dt = np.float32 if dtype in ("float32", "float16", "bfloat16") else np.float64
+            o = numpy_attention(q, k, v, causal, math_dt)
+            t = timed(lambda: numpy_attention(q, k, v, causal, math_dt), max(1, args.repeat - 1))
+            peers.append(("numpy float32" + (" math" if dtype != "float32" else ""), t, o))
+        tor = torch_attention(q, k, v, causal) if not args.no_torch else None
+        if tor is not None:
+            call, tver = tor
+            o = call().float().transpose(1, 2).numpy()
+            peers.append(("torch %s sdpa" % tver.split("+")[0], timed(call, args.repeat), o))
+        for name, t, o in peers:
+            print(row % (name, dtype, t * 1e3, flops / t / 1e9, rel_err(o, ref), "(peer)"))
+            if "cpu" in times:
+                speedups.append((dtype, name, t / times["cpu"]))
     print()
+    if speedups:
+        print("flashc cpu speed-up over each peer (same inputs, same machine): "
+              + ", ".join("%s %s %.1fx" % (d, n, x) for d, n, x in speedups))
     if failed:
         for b, d, why in failed:
             print("FAILED: %s %s: %s" % (b, d, why))
         return 1
-    print("all checks passed (max relative error vs float64 reference within tolerance)")
+    print("all checks passed (max relative error vs the float64 NumPy reference within tolerance)")
     return 0
 
 

@@ -22,16 +22,6 @@ static flashc_status read_params(const flashc_attn_params *user, flashc_attn_par
     return FLASHC_OK;
 }
 
-static const char *dtype_name(int dtype) {
-    switch (dtype) {
-    case FLASHC_F32: return "F32";
-    case FLASHC_F16: return "F16";
-    case FLASHC_BF16: return "BF16";
-    case FLASHC_F64: return "F64";
-    default: return "unknown";
-    }
-}
-
 /* A per-head vector ([Hq], or [B, Hq] when allow_batch) of the problem's
  * float type (F32, F64 for F64 problems). Writes the (batch, head) strides. */
 static flashc_status check_head_vector(const flashc_tensor *t, const char *name, const fc_attn *a, int allow_batch,
@@ -42,7 +32,7 @@ static flashc_status check_head_vector(const flashc_tensor *t, const char *name,
     FC_TRY(fc_check_tensor(t, name, t->ndim, is_output));
     const int want = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
     FC_RETURN_IF(t->dtype != want, FLASHC_ERR_DTYPE, "%s.dtype=%s, expected %s for %s inputs", name,
-                 dtype_name(t->dtype), dtype_name(want), dtype_name(a->dtype));
+                 fc_dtype_name(t->dtype), fc_dtype_name(want), fc_dtype_name(a->dtype));
     const int hax = t->ndim - 1;
     FC_RETURN_IF(t->shape[hax] != a->Hq, FLASHC_ERR_SHAPE, "%s.shape[%d]=%lld must equal Hq=%lld", name, hax,
                  (long long)t->shape[hax], (long long)a->Hq);
@@ -95,8 +85,8 @@ static flashc_status expect_shape4(const flashc_tensor *t, const char *name, con
 static flashc_status check_lse(const flashc_tensor *lse, const fc_attn *a, int is_output) {
     FC_TRY(fc_check_tensor(lse, "lse", 3, is_output));
     const int want = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
-    FC_RETURN_IF(lse->dtype != want, FLASHC_ERR_DTYPE, "lse.dtype=%d, expected %s for %s inputs",
-                 (int)lse->dtype, want == FLASHC_F64 ? "F64" : "F32", a->dtype == FLASHC_F64 ? "F64" : "F32/F16/BF16");
+    FC_RETURN_IF(lse->dtype != want, FLASHC_ERR_DTYPE, "lse.dtype=%s, expected %s for %s inputs",
+                 fc_dtype_name(lse->dtype), fc_dtype_name(want), fc_dtype_name(a->dtype));
     const int64_t want_shape[3] = {a->B, a->Hq, a->Sq};
     static const char *const ax[3] = {"B", "Hq", "Sq"};
     for (int i = 0; i < 3; ++i)
@@ -111,14 +101,15 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
                                    const flashc_tensor *o, int o_is_output, const flashc_attn_params *user,
                                    fc_attn *a, flashc_attn_params *p) {
     memset(a, 0, sizeof *a);
+    FC_TRY(fc_check_knobs());
     FC_TRY(read_params(user, p));
     FC_TRY(fc_check_tensor(q, "q", 4, 0));
     FC_TRY(fc_check_tensor(k, "k", 4, 0));
     FC_TRY(fc_check_tensor(v, "v", 4, 0));
     FC_TRY(fc_check_tensor(o, "o", 4, o_is_output));
     FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
-                 "q, k, v, o must share one dtype (got %d, %d, %d, %d)", (int)q->dtype, (int)k->dtype,
-                 (int)v->dtype, (int)o->dtype);
+                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
+                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
     a->dtype = q->dtype;
     a->B = q->shape[0];
     a->Sq = q->shape[1];
@@ -250,8 +241,9 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     FC_TRY(fc_check_tensor(dk, "dk", 4, 1));
     FC_TRY(fc_check_tensor(dv, "dv", 4, 1));
     FC_RETURN_IF(dout->dtype != a.dtype || dq->dtype != a.dtype || dk->dtype != a.dtype || dv->dtype != a.dtype,
-                 FLASHC_ERR_DTYPE, "dout, dq, dk, dv must have q's dtype %d (got %d, %d, %d, %d)", (int)a.dtype,
-                 (int)dout->dtype, (int)dq->dtype, (int)dk->dtype, (int)dv->dtype);
+                 FLASHC_ERR_DTYPE, "dout, dq, dk, dv must have q's dtype %s (got %s, %s, %s, %s)", fc_dtype_name(a.dtype),
+                 fc_dtype_name(dout->dtype), fc_dtype_name(dq->dtype), fc_dtype_name(dk->dtype),
+                 fc_dtype_name(dv->dtype));
     FC_TRY(expect_shape4(dout, "dout", q->shape, "q"));
     FC_TRY(expect_shape4(dq, "dq", q->shape, "q"));
     FC_TRY(expect_shape4(dk, "dk", k->shape, "k"));

@@ -1,5 +1,6 @@
 /* Errors, version, params defaults: the parts of the ABI with no op. */
 #include "core.h"
+#include "common/knobs.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -55,6 +56,26 @@ FLASHC_API size_t flashc_dtype_size(int dtype) {
     case FLASHC_F64: return 8;
     default: return 0;
     }
+}
+
+const char *fc_dtype_name(int dtype) {
+    switch (dtype) {
+    case FLASHC_F32: return "F32";
+    case FLASHC_F16: return "F16";
+    case FLASHC_BF16: return "BF16";
+    case FLASHC_F64: return "F64";
+    default: return "unknown";
+    }
+}
+
+flashc_status fc_check_knobs(void) {
+    const char *value = NULL;
+    const fc_knob_spec *bad = fc_knobs_invalid(&value);
+    FC_RETURN_IF(bad, FLASHC_ERR_INVALID_ARGUMENT,
+                 "environment variable %s='%s' is not a value it accepts: expected %s (unset or empty = auto; "
+                 "flashc.h, \"Environment\")",
+                 bad->var, value, bad->accepted);
+    return FLASHC_OK;
 }
 
 FLASHC_API flashc_attn_params flashc_attn_params_default(void) {

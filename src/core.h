@@ -22,6 +22,11 @@
  * messages ("q", "lse", …). */
 flashc_status fc_check_tensor(const flashc_tensor *t, const char *name, int ndim, int is_output);
 int64_t fc_numel(const flashc_tensor *t); /* after fc_check_tensor */
+/* "F32", "F16", "BF16", "F64" ("unknown" otherwise): messages name dtypes, never codes. */
+const char *fc_dtype_name(int dtype);
+/* FLASHC_ERR_INVALID_ARGUMENT naming the first FLASHC_* knob set to a value it
+ * does not accept (common/knobs.h); every compute entry point calls it first. */
+flashc_status fc_check_knobs(void);
 
 /* The OpenMP team of a CPU call (flashc.h, "Threads"): begin bounds the
  * calling thread's team to what the address space can hold (the OpenMP

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_once_t fc_cuda_once = PTHREAD_ONCE_INIT;
 static const fc_cuda_module *fc_cuda_mod;
@@ -28,6 +29,8 @@ static void self_dir(char *buf, size_t len) {
     }
 }
 
+/* Every reason below starts with "CUDA backend unavailable: " once; the
+ * bindings pass the message on as it is. */
 static void load_module(void) {
     char path[4096];
     const char *env = fc_knob_cuda_module();
@@ -37,6 +40,19 @@ static void load_module(void) {
         char dir[3800];
         self_dir(dir, sizeof dir);
         snprintf(path, sizeof path, "%slibflashc_cuda.so", dir);
+    }
+    /* An absent file is the common case (a CPU-only build), told apart from a
+     * module that exists but does not load (a missing dependency). */
+    if (access(path, F_OK) != 0) {
+        if (env)
+            snprintf(fc_cuda_why, sizeof fc_cuda_why,
+                     "CUDA backend unavailable: FLASHC_CUDA_MODULE=%s: no such file", path);
+        else
+            snprintf(fc_cuda_why, sizeof fc_cuda_why,
+                     "CUDA backend unavailable: CUDA module not built (FLASHC_CUDA=OFF, or nvcc missing at build "
+                     "time): no %s",
+                     path);
+        return;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -180,6 +196,11 @@ FLASHC_API flashc_status flashc_cuda_memcpy(void *dst, const void *src, size_t b
 FLASHC_API flashc_status flashc_cuda_synchronize(void) {
     FC_WITH_CUDA(m);
     return fc_cuda_status(m, m->synchronize());
+}
+
+FLASHC_API flashc_status flashc_cuda_stream_wait(void *stream, void *producer) {
+    FC_WITH_CUDA(m);
+    return fc_cuda_status(m, m->stream_wait(stream, producer));
 }
 
 FLASHC_API flashc_status flashc_pointer_is_device(const void *ptr, int *is_device) {

@@ -158,7 +158,7 @@ uint16_t fc_f32_to_f16(float f);
  * The core refuses a table whose api_version differs from its own. On a
  * non-OK status, module->last_error() holds the module's thread-local
  * message, which the core copies into its own. */
-#define FC_CUDA_MODULE_API_VERSION 2
+#define FC_CUDA_MODULE_API_VERSION 3
 #define FC_CUDA_MODULE_INIT_SYMBOL "flashc_cuda_module_init"
 
 typedef struct fc_cuda_module {
@@ -179,6 +179,9 @@ typedef struct fc_cuda_module {
     flashc_status (*memcpy_)(void *dst, const void *src, size_t bytes, int kind);
     flashc_status (*synchronize)(void);
     flashc_status (*pointer_is_device)(const void *ptr, int *is_device);
+    /* API 3: order later work on `stream` after the work already on `producer`
+     * (flashc_cuda_stream_wait). */
+    flashc_status (*stream_wait)(void *stream, void *producer);
 } fc_cuda_module;
 
 typedef const fc_cuda_module *(*fc_cuda_module_init_fn)(void);

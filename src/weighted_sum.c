@@ -30,8 +30,8 @@ static flashc_status describe_x_w(const flashc_tensor *x, const flashc_tensor *w
     FC_TRY(fc_check_tensor(x, "x", -1, 0));
     FC_RETURN_IF(x->ndim < 1, FLASHC_ERR_SHAPE, "x.ndim=0: x must have a last axis [..., D]");
     FC_TRY(fc_check_tensor(w, "w", 1, 0));
-    FC_RETURN_IF(w->dtype != x->dtype, FLASHC_ERR_DTYPE, "w.dtype=%d must equal x.dtype=%d", (int)w->dtype,
-                 (int)x->dtype);
+    FC_RETURN_IF(w->dtype != x->dtype, FLASHC_ERR_DTYPE, "w.dtype=%s must equal x.dtype=%s", fc_dtype_name(w->dtype),
+                 fc_dtype_name(x->dtype));
     p->dtype = x->dtype;
     p->D = x->shape[x->ndim - 1];
     FC_RETURN_IF(w->shape[0] != p->D, FLASHC_ERR_SHAPE, "w.shape[0]=%lld must equal x.shape[%d]=%lld (D)",
@@ -68,8 +68,8 @@ static void copy_outer_strides(int64_t *dst, const flashc_tensor *t, int nouter)
 }
 
 static flashc_status check_same_dtype(const flashc_tensor *t, const char *name, int dtype) {
-    FC_RETURN_IF(t->dtype != dtype, FLASHC_ERR_DTYPE, "%s.dtype=%d must equal x.dtype=%d", name, (int)t->dtype,
-                 dtype);
+    FC_RETURN_IF(t->dtype != dtype, FLASHC_ERR_DTYPE, "%s.dtype=%s must equal x.dtype=%s", name,
+                 fc_dtype_name(t->dtype), fc_dtype_name(dtype));
     return FLASHC_OK;
 }
 
@@ -90,6 +90,7 @@ FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x, const flash
     fc_clear_error();
     flashc_exec_params ep;
     fc_wsum p;
+    FC_TRY(fc_check_knobs());
     FC_TRY(read_params(params, &ep));
     FC_TRY(describe_x_w(x, w, &p));
     FC_TRY(fc_check_tensor(y, "y", -1, 1));
@@ -110,6 +111,7 @@ FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const 
     fc_clear_error();
     flashc_exec_params ep;
     fc_wsum p;
+    FC_TRY(fc_check_knobs());
     FC_TRY(read_params(params, &ep));
     FC_TRY(describe_x_w(x, w, &p));
     FC_TRY(fc_check_tensor(dy, "dy", -1, 0));

@@ -37,8 +37,9 @@ def cuda_available():
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
         return
-    why = flashc.backend_available("cuda")[1] or "unavailable"
-    skip = pytest.mark.skip(reason="CUDA backend unavailable: %s" % why)
+    # The library's reason already reads "CUDA backend unavailable: <why>".
+    why = flashc.backend_available("cuda")[1] or "CUDA backend unavailable"
+    skip = pytest.mark.skip(reason=why)
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)

@@ -3,14 +3,17 @@
  * message naming the problem. Also a small end-to-end call of each op
  * against a naive reference, so the C entry points are exercised without
  * Python. Returns non-zero on the first failed check's count. */
+#define _GNU_SOURCE /* dladdr */
 #include "flashc.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 static int failures = 0, checks = 0;
 
@@ -317,7 +320,8 @@ static void check_error_paths(void) {
     EXPECT_ERR(flashc_attn_fwd(&bad, &k, &v, &o, NULL, NULL), FLASHC_ERR_DTYPE, "q.dtype=9");
     bad = k;
     bad.dtype = FLASHC_F16;
-    EXPECT_ERR(flashc_attn_fwd(&q, &bad, &v, &o, NULL, NULL), FLASHC_ERR_DTYPE, "share one dtype");
+    EXPECT_ERR(flashc_attn_fwd(&q, &bad, &v, &o, NULL, NULL), FLASHC_ERR_DTYPE,
+               "q, k, v, o must share one dtype (got F32, F16, F32, F32)"); /* names, not codes */
     bad = t4(buf, FLASHC_F32, 1, 4, 12, 257);
     flashc_tensor ob = bad;
     flashc_tensor kb = t4(buf, FLASHC_F32, 1, 4, 4, 257);
@@ -376,7 +380,8 @@ static void check_error_paths(void) {
     EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, &lse, NULL), FLASHC_ERR_SHAPE, "lse.shape[2]=5");
     lse.shape[2] = 4;
     lse.dtype = FLASHC_F64;
-    EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, &lse, NULL), FLASHC_ERR_DTYPE, "lse.dtype");
+    EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, &lse, NULL), FLASHC_ERR_DTYPE,
+               "lse.dtype=F64, expected F32 for F32 inputs");
     lse.dtype = FLASHC_F32;
 
     /* 0.2 fields: softcap, ALiBi slopes, sink tensors */
@@ -464,7 +469,7 @@ static void check_error_paths(void) {
     EXPECT_ERR(flashc_weighted_sum(&x, &w, &x, NULL), FLASHC_ERR_SHAPE, "y.ndim=2");
     bad = w;
     bad.dtype = FLASHC_F64;
-    EXPECT_ERR(flashc_weighted_sum(&x, &bad, &y, NULL), FLASHC_ERR_DTYPE, "w.dtype");
+    EXPECT_ERR(flashc_weighted_sum(&x, &bad, &y, NULL), FLASHC_ERR_DTYPE, "w.dtype=F64 must equal x.dtype=F32");
     EXPECT_ERR(flashc_weighted_sum_bwd(&y, &x, &w, NULL, NULL, NULL), FLASHC_ERR_NULL_POINTER, "both NULL");
     flashc_exec_params ep = flashc_exec_params_default();
     ep.struct_size = 3;
@@ -890,6 +895,54 @@ static void check_omp_thread_limit(const char *self) {
 #endif
 }
 
+/* A FLASHC_* knob set to a value it does not accept fails every compute call
+ * with FLASHC_ERR_INVALID_ARGUMENT naming the variable and the accepted values
+ * (flashc.h, "Environment"); unset and empty mean auto. */
+static void check_knob_values(void) {
+    static float buf[4096];
+    flashc_tensor q = t4(buf, FLASHC_F32, 1, 4, 2, 8), k = q, v = q, o = t4(buf + 1024, FLASHC_F32, 1, 4, 2, 8);
+    const int64_t xs[2] = {3, 4}, ws[1] = {4}, ys[1] = {3};
+    flashc_tensor x = t_nd(buf, FLASHC_F32, 2, xs), w = t_nd(buf, FLASHC_F32, 1, ws);
+    flashc_tensor y = t_nd(buf + 2048, FLASHC_F32, 1, ys);
+    static const char *const bad[][3] = {
+        {"FLASHC_CPU_ISA", "avx3", "expected scalar, avx2, avx512"},
+        {"FLASHC_CPU_BF16", "on", "expected 0, 1"},
+        {"FLASHC_CPU_DECODE_ROWS", "x", "expected a non-negative integer"},
+        {"FLASHC_CPU_BWD", "fast", "expected twopass"},
+        {"FLASHC_CUDA_KERNEL", "wgmma", "expected generic, mma"},
+        {"FLASHC_WSUM_VARIANT", "3", "expected 0, 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
+        char want[128];
+        snprintf(want, sizeof want, "%s='%s'", bad[i][0], bad[i][1]);
+        setenv(bad[i][0], bad[i][1], 1);
+        EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, NULL), FLASHC_ERR_INVALID_ARGUMENT, want);
+        CHECK(strstr(flashc_last_error(), bad[i][2]) != NULL, "%s", flashc_last_error());
+        EXPECT_ERR(flashc_weighted_sum(&x, &w, &y, NULL), FLASHC_ERR_INVALID_ARGUMENT, want);
+        setenv(bad[i][0], "", 1);
+        CHECK(flashc_attn_fwd(&q, &k, &v, &o, NULL, NULL) == FLASHC_OK, "%s empty: %s", bad[i][0], flashc_last_error());
+        unsetenv(bad[i][0]);
+    }
+}
+
+/* The CUDA-unavailable reason says "CUDA backend unavailable: " once, and
+ * "CUDA module not built" when no module file is there (a CPU-only build). */
+static void check_cuda_reason(void) {
+    if (flashc_backend_available(FLASHC_BACKEND_CUDA)) return;
+    const char *why = flashc_last_error();
+    const char *pre = "CUDA backend unavailable: ";
+    CHECK(strncmp(why, pre, strlen(pre)) == 0 && !strstr(why + strlen(pre), "unavailable"), "reason '%s'", why);
+    Dl_info info;
+    char mod[4096];
+    if (getenv("FLASHC_CUDA_MODULE") || !dladdr((void *)&flashc_version_string, &info) || !info.dli_fname) return;
+    snprintf(mod, sizeof mod, "%s", info.dli_fname);
+    char *slash = strrchr(mod, '/');
+    snprintf(slash ? slash + 1 : mod, sizeof mod - (size_t)(slash ? slash + 1 - mod : 0), "libflashc_cuda.so");
+    if (access(mod, F_OK) == 0) return;
+    CHECK(strstr(why, "CUDA module not built (FLASHC_CUDA=OFF, or nvcc missing at build time)") != NULL,
+          "reason '%s'", why);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--omp-child") == 0) return omp_child();
     srand(1234);
@@ -919,6 +972,8 @@ int main(int argc, char **argv) {
     check_empty_and_extreme_strides();
     check_empty_backward_fast();
     check_output_overlap();
+    check_knob_values();
+    check_cuda_reason();
     check_omp_thread_limit(argv[0]);
     printf("test_capi: %d checks, %d failed (cpu isa %s, cuda %s)\n", checks, failures, flashc_cpu_isa(),
            cuda ? "available" : "unavailable");

@@ -7,6 +7,9 @@ the raw layer (flashc._lib); the rest through the friendly functions.
 """
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -327,13 +330,15 @@ def test_lse_wrong_ndim():
 def test_lse_wrong_dtype():
     q, k, v = qkv()
     expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, return_lse=True,
-           out=(None, np.empty((1, 4, 4), np.float64)), match="lse")
+           out=(None, np.empty((1, 4, 4), np.float64)),
+           match="lse.dtype=F64, expected F32 for F32 inputs")
 
 
 def test_lse_f32_for_f64_inputs():
     q, k, v = qkv(dtype=np.float64)
     expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, return_lse=True,
-           out=(None, np.empty((1, 4, 4), np.float32)), match="lse")
+           out=(None, np.empty((1, 4, 4), np.float32)),
+           match="lse.dtype=F32, expected F64 for F64 inputs")
 
 
 def test_bwd_lse_wrong_shape():
@@ -352,7 +357,8 @@ def test_bwd_grad_dtype_mismatch():
     q, k, v = qkv()
     o, lse = flashc.attention(q, k, v, return_lse=True)
     expect(S.FLASHC_ERR_DTYPE, flashc.attention_backward, q, q, k, v, o, lse,
-           out=(np.empty(q.shape, np.float64), None, None))
+           out=(np.empty(q.shape, np.float64), None, None),
+           match="must have q's dtype F32 (got F32, F64, F32, F32)")
 
 
 def test_sinks_wrong_length():
@@ -365,13 +371,16 @@ def test_sinks_wrong_length():
 
 
 def test_dtype_mismatch():
+    # Messages name dtypes, never their codes (issue 10).
     q, k, v = qkv()
-    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k.astype(np.float16), v)
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k.astype(np.float16), v,
+           match="q, k, v, o must share one dtype (got F32, F16, F32, F32)")
 
 
 def test_out_dtype_mismatch():
     q, k, v = qkv()
-    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, out=np.empty(q.shape, np.float64))
+    expect(S.FLASHC_ERR_DTYPE, flashc.attention, q, k, v, out=np.empty(q.shape, np.float64),
+           match="(got F32, F32, F32, F64)")
 
 
 def test_unknown_dtype_raw():
@@ -399,6 +408,36 @@ def test_window_right_below_minus_one():
     q, k, v = qkv()
     expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, window=(-1, -7),
            match="window_right")
+
+
+@pytest.mark.parametrize("window", [16, (16,), (1, 2, 3), "16", (1.5, 0), ("a", 0), (True, 0)])
+def test_window_bad_value_is_flashc_error(window):
+    # window=16 (not a pair) and other bad values: FlashcError (a ValueError), not TypeError.
+    q, k, v = qkv()
+    e = expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, window=window,
+               match="window")
+    assert isinstance(e, ValueError)
+
+
+def test_window_bad_value_backward():
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, q, q, k, v, o, lse,
+           window=16, match="window must be a pair")
+
+
+def test_window_accepts_none_and_numpy_ints():
+    q, k, v = qkv()
+    a = flashc.attention(q, k, v, window=(np.int64(2), None))
+    b = flashc.attention(q, k, v, window=(2, -1))
+    assert np.array_equal(a, b)
+    assert np.array_equal(flashc.attention(q, k, v, window=None), flashc.attention(q, k, v))
+
+
+def test_sink_tokens_not_int():
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, sink_tokens=1.5,
+           match="sink_tokens")
 
 
 def test_causal_with_window_right():
@@ -566,7 +605,13 @@ def test_wsum_w_ndim():
 
 def test_wsum_dtype_mismatch():
     expect(S.FLASHC_ERR_DTYPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
-           np.ones(4, np.float64))
+           np.ones(4, np.float64), match="w.dtype=F64 must equal x.dtype=F32")
+
+
+def test_wsum_out_dtype_mismatch():
+    expect(S.FLASHC_ERR_DTYPE, flashc.weighted_sum, np.ones((3, 4), np.float32),
+           np.ones(4, np.float32), out=np.empty(3, np.float16),
+           match="y.dtype=F16 must equal x.dtype=F32")
 
 
 def test_wsum_y_shape():
@@ -1006,3 +1051,141 @@ def test_softmax_scale_at_bound(dtype, sign, rng):
         a = np.asarray(a, np.float64)
         assert np.all(np.isfinite(a))
         assert np.abs(a - r).max() <= 4 * tol * (1 + np.abs(r).max())
+
+
+# ------------------------------------------------- environment knobs (issue 10)
+# A FLASHC_* knob with a closed set of values set to anything else is an error
+# of every compute call, naming the variable and the accepted values
+# (flashc.h, "Environment"), never a silent "auto".
+
+BAD_KNOBS = [
+    ("FLASHC_CPU_ISA", "avx3", "scalar, avx2, avx512"),
+    ("FLASHC_CPU_ISA", "AVX2", "scalar, avx2, avx512"),
+    ("FLASHC_CPU_BF16", "yes", "0, 1"),
+    ("FLASHC_CPU_DECODE_ROWS", "many", "a non-negative integer"),
+    ("FLASHC_CPU_DECODE_ROWS", "-3", "a non-negative integer"),
+    ("FLASHC_CPU_BWD", "twopas", "twopass"),
+    ("FLASHC_CUDA_KERNEL", "wgmma", "generic, mma"),
+    ("FLASHC_WSUM_VARIANT", "2", "0, 1"),
+]
+
+
+@pytest.mark.parametrize("var,value,accepted", BAD_KNOBS)
+def test_unknown_knob_value_attention(monkeypatch, var, value, accepted):
+    q, k, v = qkv()
+    monkeypatch.setenv(var, value)
+    e = expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v)
+    assert "%s='%s'" % (var, value) in e.message and accepted in e.message, e.message
+
+
+@pytest.mark.parametrize("var,value,accepted", BAD_KNOBS[:1] + BAD_KNOBS[-1:])
+def test_unknown_knob_value_other_ops(monkeypatch, var, value, accepted):
+    q, k, v = qkv()
+    o, lse = flashc.attention(q, k, v, return_lse=True)
+    x, w = np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    monkeypatch.setenv(var, value)
+    for fn, args in ((flashc.attention_backward, (q, q, k, v, o, lse)),
+                     (flashc.weighted_sum, (x, w)),
+                     (flashc.weighted_sum_backward, (np.ones(3, np.float32), x, w))):
+        e = expect(S.FLASHC_ERR_INVALID_ARGUMENT, fn, *args, match=var)
+        assert accepted in e.message
+
+
+@pytest.mark.parametrize("var,value", [("FLASHC_CPU_ISA", "scalar"), ("FLASHC_CPU_ISA", ""),
+                                       ("FLASHC_CPU_BF16", "0"), ("FLASHC_CPU_DECODE_ROWS", "999"),
+                                       ("FLASHC_CPU_BWD", "twopass"), ("FLASHC_CUDA_KERNEL", "mma"),
+                                       ("FLASHC_WSUM_VARIANT", "1")])
+def test_known_knob_values_accepted(monkeypatch, var, value):
+    q, k, v = qkv()
+    monkeypatch.setenv(var, value)
+    flashc.attention(q, k, v)
+    flashc.weighted_sum(np.ones((3, 4), np.float32), np.ones(4, np.float32))
+
+
+def test_unknown_knob_value_raw(monkeypatch):
+    keep, ts = _fwd_tensors()
+    monkeypatch.setenv("FLASHC_CPU_ISA", "sse4")
+    assert raw_fwd(*ts) == S.FLASHC_ERR_INVALID_ARGUMENT
+    assert "FLASHC_CPU_ISA='sse4'" in last_error()
+    monkeypatch.delenv("FLASHC_CPU_ISA")
+    assert raw_fwd(*ts) == S.FLASHC_OK
+
+
+# ---------------------------------------- CUDA-unavailable reasons (issue 10)
+# The loader reads the module once per process: each case runs in a child.
+
+_REASON = """
+import flashc
+print(flashc.backend_available("cuda")[1])
+try:
+    flashc.attention(*[__import__("numpy").ones((1, 2, 1, 4), "float32")] * 3, backend="cuda")
+except flashc.FlashcError as e:
+    print(str(e))
+"""
+
+
+def _child_reason(**env_over):
+    env = dict(os.environ, **env_over)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(here), "python"),
+                                         env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _REASON], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()
+
+
+def _module_path():
+    return os.path.join(os.path.dirname(flashc.library_path), "libflashc_cuda.so")
+
+
+def test_cuda_reason_said_once():
+    # "CUDA backend unavailable: " is the library's prefix, once: neither the
+    # friendly layer nor the test harness's skip reason adds it again.
+    if flashc.backend_available("cuda")[0]:
+        pytest.skip("CUDA is available here")
+    why = flashc.backend_available("cuda")[1]
+    assert why.startswith("CUDA backend unavailable: ") and why.count("unavailable") == 1, why
+    q, k, v = qkv()
+    e = expect(S.FLASHC_ERR_BACKEND_UNAVAILABLE, flashc.attention, q, k, v, backend="cuda")
+    assert str(e).count("unavailable") == 1, str(e)
+    assert e.message == why
+
+
+def test_cuda_reason_module_not_built():
+    if os.path.exists(_module_path()) or os.environ.get("FLASHC_CUDA_MODULE"):
+        pytest.skip("the CUDA module is built next to libflashc")
+    why = flashc.backend_available("cuda")[1]
+    assert ("CUDA backend unavailable: CUDA module not built (FLASHC_CUDA=OFF, or nvcc missing "
+            "at build time)") in why, why
+    assert "cannot open shared object" not in why
+
+
+def test_cuda_reason_module_path_missing(tmp_path):
+    missing = str(tmp_path / "libflashc_cuda.so")
+    why, err = _child_reason(FLASHC_CUDA_MODULE=missing)
+    assert why == "CUDA backend unavailable: FLASHC_CUDA_MODULE=%s: no such file" % missing, why
+    assert err == "FLASHC_ERR_BACKEND_UNAVAILABLE: " + why
+
+
+def test_cuda_reason_module_unloadable(tmp_path):
+    bogus = tmp_path / "libflashc_cuda.so"
+    bogus.write_text("not an ELF file")
+    why, err = _child_reason(FLASHC_CUDA_MODULE=str(bogus))
+    assert why.startswith("CUDA backend unavailable: cannot load the module (") and str(bogus) in why
+    assert err.count("unavailable") == 1
+
+
+def test_cuda_reason_no_driver():
+    # A built module on a machine without libcuda.so.1 says "no CUDA driver",
+    # not cudart's "CUDA driver version is insufficient".
+    if not os.path.exists(_module_path()):
+        pytest.skip("the CUDA module is not built")
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("a CUDA driver (libcuda.so.1) is installed here")
+    except OSError:
+        pass
+    why = flashc.backend_available("cuda")[1]
+    assert why.startswith("CUDA backend unavailable: no CUDA driver (libcuda.so.1 not found"), why
+    assert "insufficient" not in why

@@ -100,5 +100,6 @@ def test_params_builder_keeps_tensors_alive():
 
 
 def test_params_builder_bad_window():
-    with pytest.raises(TypeError, match="window"):
+    # FlashcError (a ValueError), not TypeError (issue 10).
+    with pytest.raises(flashc.FlashcError, match="window"):
         _core.attn_params(_lib.FLASHC_BACKEND_AUTO, window=3)

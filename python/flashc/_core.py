@@ -10,6 +10,8 @@ Where the arrays live decides where the call runs:
   * NumPy arrays (any strides)                      -> host memory
   * flashc.cuda.DeviceArray, objects exporting
     __cuda_array_interface__, torch CUDA tensors    -> device memory
+  * objects exporting only __dlpack__ (JAX, ...)   -> host or device memory, as
+    __dlpack_device__ says (flashc._dlpack)
   * NumPy arrays with backend="cuda"                -> copied to the device,
     run there, results copied back into NumPy arrays
 Mixing host and device arrays in one call is FlashcError
@@ -21,7 +23,15 @@ checked in C and its message becomes the FlashcError. Python checks only what
 C cannot see (host/device placement, NumPy byte strides, and the ALiBi slopes
 of NumPy arrays that are copied to the device, which C does not read).
 
-Module graph (no cycles): _lib <- _errors <- _dtypes <- cuda <- _core;
+Streams (device calls): flashc runs on `stream=` when given, else on the
+stream the inputs were produced on (the first of: __cuda_array_interface__ v3
+"stream", obj.__cuda_stream__(), the stream of the flashc call that wrote a
+DeviceArray), else on the legacy default stream. Every other producer stream
+is waited for with an event (flashc_cuda_stream_wait), never by blocking the
+host; DLPack producers are asked to order their work before that stream.
+DeviceArray outputs remember it (DeviceArray.stream).
+
+Module graph (no cycles): _lib <- _errors <- _dtypes <- cuda <- _dlpack <- _core;
 flashc.torch imports _core for the one params builder, attn_params().
 """
 
@@ -29,7 +39,7 @@ import ctypes
 
 import numpy as np
 
-from . import _lib, cuda
+from . import _dlpack, _lib, cuda
 from ._dtypes import (CODE_NAMES as _CODE_NAMES, DTYPE_NAMES as _DTYPE_NAMES,
                       bfloat16 as _bfloat16, dtype_code, is_float_dtype, lse_code as _lse_code,
                       np_dtype)
@@ -99,12 +109,54 @@ def _stream_handle(stream):
         return None
     if isinstance(stream, int):
         return stream or None
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol: (version, handle)
+        return int(stream.__cuda_stream__()[1]) or None
     for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy, others
         h = getattr(stream, attr, None)
         if isinstance(h, int):
             return h or None
     raise TypeError("stream must be an int (cudaStream_t) or a stream object with "
-                    ".cuda_stream / .ptr, got %r" % (stream,))
+                    "__cuda_stream__, .cuda_stream or .ptr, got %r" % (stream,))
+
+
+def _producer_streams(obj):
+    """The streams whose pending work on obj must come before flashc's, as
+    cudaStream_t ints (1 = legacy default, 2 = per-thread default); () when
+    no ordering is needed. torch tensors: the caller's stream= (flashc.torch
+    passes torch's current stream)."""
+    if isinstance(obj, cuda.DeviceArray):
+        return (obj.stream,) if obj.stream is not None else ()
+    out = []
+    if hasattr(obj, "__cuda_stream__"):
+        out.append(int(obj.__cuda_stream__()[1]) or 1)
+    if not isinstance(obj, np.ndarray) and not _is_torch(obj):
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        s = cai.get("stream") if isinstance(cai, dict) else None  # absent before v3
+        if s is not None:
+            if isinstance(s, bool) or not isinstance(s, int):
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "__cuda_array_interface__ 'stream' "
+                      "must be an int or None, got %r" % (s,))
+            if s == 0:
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "__cuda_array_interface__ 'stream' is 0, "
+                      "which the protocol disallows (1 = legacy default, 2 = per-thread "
+                      "default stream)")
+            out.append(s)
+    return tuple(out)
+
+
+def _stream_plan(stream, objs):
+    """(run, waits): the stream a device call runs on (None = legacy default)
+    and the producer streams it must wait for. run is `stream` (a handle from
+    _stream_handle) when given, else the first producer stream of objs."""
+    producers = []
+    for o in objs:
+        for p in _producer_streams(o):
+            if p not in producers:
+                producers.append(p)
+    run = stream if stream is not None else (producers[0] if producers else None)
+    if run == 1:
+        run = None  # the same stream; keeps params.stream NULL as before
+    return run, [p for p in producers if p != (run or 1)]
 
 
 # ------------------------------------------------------------ tensor views
@@ -164,7 +216,15 @@ def _is_device_obj(obj):
         return True
     if _is_torch(obj):
         return bool(getattr(obj, "is_cuda", False))
-    return hasattr(obj, "__cuda_array_interface__")
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    return _is_dlpack_only(obj) and _dlpack.is_device(obj)
+
+
+def _is_dlpack_only(obj):
+    """An array flashc reads through DLPack: none of the direct paths fits."""
+    return (not isinstance(obj, (np.ndarray, cuda.DeviceArray)) and not _is_torch(obj)
+            and not hasattr(obj, "__cuda_array_interface__") and _dlpack.is_dlpack(obj))
 
 
 _CAI_TYPES = {"<f4": _lib.FLASHC_F32, "<f2": _lib.FLASHC_F16, "<f8": _lib.FLASHC_F64,
@@ -211,6 +271,8 @@ def _view_of(obj, name, writable=False):
         if writable and cai["data"][1]:
             _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is read-only" % name)
         return _View(int(cai["data"][0]), shape, es, code, True, obj)
+    if _is_dlpack_only(obj):
+        return _view_of(_dlpack.import_array(obj, name, writable=writable), name, writable)
 
     arr = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
     code = dtype_code(arr.dtype, name)
@@ -230,13 +292,13 @@ class _Call:
     """Places one call: decides host / device / staged (NumPy + backend="cuda"),
     makes the input views and allocates the outputs where they belong."""
 
-    def __init__(self, backend, inputs, outs):
-        # inputs / outs: {name: obj or None}
+    def __init__(self, backend, inputs, outs, stream=None):
+        # inputs / outs: {name: obj or None}; stream: the stream= argument
         self.backend = _backend_code(backend)
         where = {}
-        for name, obj in list(inputs.items()) + list(outs.items()):
-            if obj is not None:
-                where[name] = _is_device_obj(obj)
+        named = [(n, o) for n, o in list(inputs.items()) + list(outs.items()) if o is not None]
+        for name, obj in named:
+            where[name] = _is_device_obj(obj)
         dev = [n for n, d in where.items() if d]
         host = [n for n, d in where.items() if not d]
         if dev and host:
@@ -256,11 +318,42 @@ class _Call:
             # Raise the library's own "unavailable" message before copying.
             if not _lib.flashc_backend_available(_lib.FLASHC_BACKEND_CUDA):
                 msg = (_lib.flashc_last_error() or b"").decode("utf-8", "replace")
-                _fail(_lib.FLASHC_ERR_BACKEND_UNAVAILABLE, "backend 'cuda' is unavailable: " + msg)
+                _fail(_lib.FLASHC_ERR_BACKEND_UNAVAILABLE, msg)  # "CUDA backend unavailable: <why>"
+        if self.device and not _lib.flashc_backend_available(_lib.FLASHC_BACKEND_CUDA):
+            # Else AUTO resolves to the CPU backend, which would read device pointers.
+            msg = (_lib.flashc_last_error() or b"").decode("utf-8", "replace")
+            _fail(_lib.FLASHC_ERR_BACKEND_UNAVAILABLE, "%s %s device memory, but %s"
+                  % (", ".join(dev), "is" if len(dev) == 1 else "are", msg))
         self.on_device = self.device or self.staged
         self._host_outs = []   # (device_array, user_out or None) pairs to copy back
+        self._outs = []        # output views, marked with the stream after the call
+        self.stream = _stream_handle(stream)
+        if self.device:
+            self.stream, waits = _stream_plan(self.stream, [o for _, o in named])
+            for p in waits:
+                cuda._stream_wait(self.stream, p)
+        # DLPack arguments, consumed once (for the call's stream), by id:
+        # id -> (the caller's object, the NumPy array or DeviceArray viewing it).
+        self._imports = {}
+        for name, obj in named:
+            if id(obj) not in self._imports and _is_dlpack_only(obj):
+                self._imports[id(obj)] = (obj, _dlpack.import_array(
+                    obj, name, self.stream if self.device else None, writable=name in outs))
+
+    def _conv(self, obj):
+        """obj, or the array viewing it when it came through DLPack."""
+        imp = self._imports.get(id(obj)) if self._imports else None
+        return imp[1] if imp is not None else obj
+
+    def _orig(self, arr):
+        """The caller's object for an array _conv made, else arr."""
+        for obj, conv in self._imports.values():
+            if conv is arr:
+                return obj
+        return arr
 
     def input(self, obj, name):
+        obj = self._conv(obj)
         if self.staged:
             arr = np.asarray(obj)
             dtype_code(arr.dtype, name)
@@ -276,6 +369,7 @@ class _Call:
         dtype). finite: reject non-finite host values that are copied to the
         device (the library reads them on the CPU backend only)."""
         want = np_dtype(code)
+        obj = self._conv(obj)
         if _is_torch(obj):
             obj = _torch_to(obj, want.name, name)
             if not self.staged:
@@ -300,6 +394,7 @@ class _Call:
 
     def output(self, out, shape, code, name):
         """A writable view for an output: `out` when given, else a new array."""
+        out = self._conv(out)
         if self.staged:
             if out is not None:
                 if not isinstance(out, np.ndarray):
@@ -320,7 +415,9 @@ class _Call:
                 out = cuda.empty(shape, np_dtype(code))
             else:
                 out = np.empty(shape, np_dtype(code))
-        return _view_of(out, name, writable=True)
+        view = _view_of(out, name, writable=True)
+        self._outs.append(view)
+        return view
 
     def result(self, view):
         """What the caller gets for an output view (after run())."""
@@ -331,12 +428,16 @@ class _Call:
                     if user is None:
                         return h
                     np.copyto(user, h)
-                    return user
-        return view.obj
+                    return self._orig(user)
+        return self._orig(view.obj)
 
     def finish(self):
         if self.staged:
             cuda.synchronize()  # the user's stream may not be the legacy one
+        elif self.device:
+            for v in self._outs:  # written on self.stream: later users order after it
+                if isinstance(v.obj, cuda.DeviceArray):
+                    v.obj._alloc.stream = self.stream or 1
 
 
 def _tensor_or_null(view):
@@ -357,6 +458,29 @@ def _torch_to(t, dtype_name, name):
 
 # --------------------------------------------------------------- attention
 
+def _int_arg(x, what):
+    """An int (or NumPy integer); a float, bool or string is FlashcError
+    (FLASHC_ERR_INVALID_ARGUMENT, a ValueError), like every other bad value."""
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s must be an integer, got %r" % (what, x))
+    return int(x.__index__())
+
+
+def _window_pair(window):
+    """(left, right) of window=: a pair of integers, -1 or None = unbounded.
+    The library checks the values themselves (>= -1, causal with right <= 0)."""
+    if window is None:
+        return -1, -1
+    try:
+        wl, wr = window
+    except (TypeError, ValueError):
+        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT,
+              "window must be a pair (left, right), -1 or None meaning unbounded; got %r "
+              "(for a sliding window of n keys to the left, window=(n, 0))" % (window,))
+    return tuple(-1 if w is None else _int_arg(w, "window %s" % side)
+                 for w, side in ((wl, "left"), (wr, "right")))
+
+
 def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
                 softcap=None, sinks=None, alibi_slopes=None, dsinks=None, stream=None,
                 deterministic=True):
@@ -374,14 +498,10 @@ def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), s
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     p.causal = 1 if causal else 0
     p.deterministic = 1 if deterministic else 0
-    try:
-        wl, wr = window
-    except (TypeError, ValueError):
-        raise TypeError("window must be a pair (left, right), -1 meaning unbounded; got %r"
-                        % (window,)) from None
-    p.window_left = -1 if wl is None else int(wl)
-    p.window_right = -1 if wr is None else int(wr)
-    p.num_sink_tokens = int(sink_tokens)
+    wl, wr = _window_pair(window)
+    p.window_left = wl
+    p.window_right = wr
+    p.num_sink_tokens = _int_arg(sink_tokens, "sink_tokens")
     p.softcap = 0.0 if softcap is None else float(softcap)
     # The 0.1 fields stay NULL: sink logits and their gradient travel as tensors.
     p.sinks = ctypes.pointer(sinks) if sinks is not None else None
@@ -433,7 +553,13 @@ _ATTN_DOC = """
         logit in every softmax denominator.
       backend: "auto" (where the arrays live), "cpu" or "cuda" (NumPy arrays
         are then copied to the device and back). stream: a cudaStream_t (int)
-        or a stream object, used on the CUDA backend.
+        or a stream object (__cuda_stream__, .cuda_stream, .ptr), used on the
+        CUDA backend; None = the stream the device inputs were produced on
+        (__cuda_array_interface__ v3 "stream", __cuda_stream__), else the
+        legacy default stream. Inputs from other streams are waited for.
+      Arrays: NumPy, flashc.cuda.DeviceArray, torch tensors,
+        __cuda_array_interface__ objects (CuPy, Numba) and __dlpack__ objects
+        (JAX, ...; host or CUDA memory).
     Order of operations: scale, softcap, ALiBi, mask, softmax with sink.
 """
 
@@ -450,7 +576,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sin
     o_out, lse_out = _split_out(out, 2, "attention")
     call = _Call(backend, {"q": q, "k": k, "v": v, "sinks": sinks,
                            "alibi_slopes": alibi_slopes},
-                 {"out": o_out, "lse": lse_out})
+                 {"out": o_out, "lse": lse_out}, stream)
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
     fcode = _lse_code(qv.code)
     sv = call.head_vector(sinks, "sinks", fcode) if sinks is not None else None
@@ -463,7 +589,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sin
         lv = call.output(lse_out, (B, Hq, Sq), fcode, "lse")
     p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
                     sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
-                    alibi_slopes=_tensor_of(av), stream=_stream_handle(stream))
+                    alibi_slopes=_tensor_of(av), stream=call.stream)
     st = _lib.flashc_attn_fwd(ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()),
                               ctypes.byref(vv.tensor()), ctypes.byref(ov.tensor()),
                               _tensor_or_null(lv), ctypes.byref(p))
@@ -496,7 +622,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
     call = _Call(backend, {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "sinks": sinks,
                            "alibi_slopes": alibi_slopes},
                  {"dq": outs[0], "dk": outs[1], "dv": outs[2],
-                  "dsinks": outs[3] if n_out == 4 else None})
+                  "dsinks": outs[3] if n_out == 4 else None}, stream)
     dov = call.input(do, "do")
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
     ov, lv = call.input(o, "o"), call.input(lse, "lse")
@@ -513,7 +639,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
     p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
                     sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
                     alibi_slopes=_tensor_of(av), dsinks=_tensor_of(dsv),
-                    stream=_stream_handle(stream), deterministic=deterministic)
+                    stream=call.stream, deterministic=deterministic)
     st = _lib.flashc_attn_bwd(ctypes.byref(dov.tensor()), ctypes.byref(qv.tensor()),
                               ctypes.byref(kv.tensor()), ctypes.byref(vv.tensor()),
                               ctypes.byref(ov.tensor()), ctypes.byref(lv.tensor()),
@@ -529,20 +655,20 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
 
 # -------------------------------------------------------- weighted row-sum
 
-def _exec_params(call, stream):
+def _exec_params(call):
     p = _lib.exec_params_default()
     p.backend = call.backend
-    p.stream = _stream_handle(stream)
+    p.stream = call.stream
     return p
 
 
 def weighted_sum(x, w, *, backend="auto", out=None, stream=None):
     """y[...] = sum_d x[..., d] * w[d]. x [..., D] any strides (zero strides
     too), w [D]; y has x.shape[:-1] (a 0-d array when x is 1-D)."""
-    call = _Call(backend, {"x": x, "w": w}, {"out": out})
+    call = _Call(backend, {"x": x, "w": w}, {"out": out}, stream)
     xv, wv = call.input(x, "x"), call.input(w, "w")
     yv = call.output(out, xv.shape[:-1], xv.code, "out")
-    p = _exec_params(call, stream)
+    p = _exec_params(call)
     _check(_lib.flashc_weighted_sum(ctypes.byref(xv.tensor()), ctypes.byref(wv.tensor()),
                                     ctypes.byref(yv.tensor()), ctypes.byref(p)))
     call.finish()
@@ -557,11 +683,11 @@ def weighted_sum_backward(dy, x, w, *, backend="auto", out=None, stream=None, ne
     dx_out, dw_out = _split_out(out, 2, "weighted_sum_backward")
     if not need_dx and not need_dw:
         raise ValueError("weighted_sum_backward: need_dx and need_dw cannot both be False")
-    call = _Call(backend, {"dy": dy, "x": x, "w": w}, {"dx": dx_out, "dw": dw_out})
+    call = _Call(backend, {"dy": dy, "x": x, "w": w}, {"dx": dx_out, "dw": dw_out}, stream)
     dyv, xv, wv = call.input(dy, "dy"), call.input(x, "x"), call.input(w, "w")
     dxv = call.output(dx_out, xv.shape, xv.code, "dx") if need_dx else None
     dwv = call.output(dw_out, wv.shape, wv.code, "dw") if need_dw else None
-    p = _exec_params(call, stream)
+    p = _exec_params(call)
     _check(_lib.flashc_weighted_sum_bwd(ctypes.byref(dyv.tensor()), ctypes.byref(xv.tensor()),
                                         ctypes.byref(wv.tensor()), _tensor_or_null(dxv),
                                         _tensor_or_null(dwv), ctypes.byref(p)))

@@ -12,9 +12,11 @@ ImportError, not a corrupted call.
 
 Library search order:
   1. $FLASHC_LIBRARY (a path to libflashc.so),
-  2. <repo>/build/lib/libflashc.so, relative to this package
-     (python/flashc/../../build/lib),
-  3. ctypes.util.find_library("flashc").
+  2. libflashc.so next to this file (an installed package: `pip install .`
+     puts the library, and the CUDA module beside it, in flashc/),
+  3. <repo>/build/lib/libflashc.so, relative to this package
+     (python/flashc/../../build/lib: the source tree after scripts/demo),
+  4. ctypes.util.find_library("flashc").
 """
 
 import ctypes
@@ -33,10 +35,11 @@ def _candidates():
         # An explicit override is authoritative: never fall back silently.
         return [env], True
     names = []
-    for fname in ("libflashc.so", "libflashc.so.0", "libflashc.dylib"):
-        path = os.path.join(_REPO_BUILD_LIB, fname)
-        if os.path.exists(path):
-            names.append(path)
+    for d in (_HERE, _REPO_BUILD_LIB):
+        for fname in ("libflashc.so", "libflashc.so.0", "libflashc.dylib"):
+            path = os.path.join(d, fname)
+            if os.path.exists(path):
+                names.append(path)
     found = ctypes.util.find_library("flashc")
     if found:
         names.append(found)
@@ -54,12 +57,13 @@ def _load():
             if explicit:
                 break
     where = "$FLASHC_LIBRARY=%r" % os.environ.get("FLASHC_LIBRARY") if explicit else (
-        "%s/libflashc.so or the system library path" % _REPO_BUILD_LIB)
+        "%s, %s and the system library path" % (_HERE, _REPO_BUILD_LIB))
     detail = ("; ".join(errors)) if errors else "not found"
     raise ImportError(
-        "flashc: cannot load libflashc (looked at %s): %s. Build it with "
-        "`cmake -S . -B build && cmake --build build`, or set FLASHC_LIBRARY "
-        "to the path of libflashc.so." % (where, detail))
+        "flashc: cannot load libflashc (looked in %s): %s. Install the package "
+        "with `pip install .`, or build the library with `cmake -S . -B build && "
+        "cmake --build build`, or set FLASHC_LIBRARY to the path of libflashc.so."
+        % (where, detail))
 
 
 lib, library_path = _load()

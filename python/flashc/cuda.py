@@ -14,6 +14,13 @@ NumPy dtype (bfloat16 through ml_dtypes). It exports
 (`__dlpack__` / `__dlpack_device__`), so torch.from_dlpack / cupy can wrap it
 without a copy. A DeviceArray created by to_device/empty owns its memory and
 frees it (flashc_cuda_free) when the last view of it is gone.
+
+Streams: a DeviceArray remembers the stream that last wrote it (`stream`:
+None for the synchronous helpers here, else the cudaStream_t of the flashc
+call that wrote it, 1 meaning the legacy default stream). It is exported as
+the `stream` of __cuda_array_interface__, a later flashc call on another
+stream waits for it (an event, not a host sync), and numpy()/copy() wait for
+it before copying on the legacy stream.
 """
 
 import ctypes
@@ -77,11 +84,33 @@ def synchronize():
     _check(_lib.flashc_cuda_synchronize())
 
 
+# flashc_status flashc_cuda_stream_wait(void *stream, void *producer);
+# Bound here, on first use, so that a library built before it still imports.
+_stream_wait_fn = None
+
+
+def _stream_wait(stream, producer):
+    """Order later work on `stream` after the work already on `producer`
+    (cudaStream_t ints; None or 1 = legacy default, 2 = per-thread default).
+    Asynchronous for the host; a no-op when they are the same stream."""
+    global _stream_wait_fn
+    if (stream or 1) == (producer or 1):
+        return
+    if _stream_wait_fn is None:
+        try:
+            _stream_wait_fn = _lib._bind("flashc_cuda_stream_wait", ctypes.c_int,
+                                         [ctypes.c_void_p, ctypes.c_void_p])
+        except AttributeError:
+            _fail(_lib.FLASHC_ERR_UNSUPPORTED, "%s has no flashc_cuda_stream_wait: rebuild "
+                  "libflashc" % _lib.library_path)
+    _check(_stream_wait_fn(stream or None, producer or None))
+
+
 # ----------------------------------------------------------------- memory
 
 class _Allocation:
     """One flashc_cuda_malloc block; freed when garbage collected."""
-    __slots__ = ("ptr", "nbytes", "device", "_free")
+    __slots__ = ("ptr", "nbytes", "device", "stream", "_free")
 
     def __init__(self, nbytes):
         self.ptr = None
@@ -92,6 +121,7 @@ class _Allocation:
         self.ptr = p.value
         self.nbytes = int(nbytes)
         self.device = _current_device()
+        self.stream = None  # the stream that last wrote it; None: nothing pending
         self._free = _lib.flashc_cuda_free  # kept: module globals may be gone at exit
 
     def __del__(self):
@@ -160,6 +190,18 @@ class DeviceArray:
     @property
     def device(self):
         return self._alloc.device
+
+    @property
+    def stream(self):
+        """cudaStream_t (int) of the flashc call that last wrote the memory
+        (1 = legacy default), or None when no work on it is pending."""
+        return self._alloc.stream
+
+    def _legacy_after_writer(self):
+        # Copies here run on the legacy stream (cudaMemcpy); a writer on a
+        # non-blocking stream is not ordered before it by itself.
+        if self._alloc.stream not in (None, 1):
+            _stream_wait(None, self._alloc.stream)
 
     @property
     def is_c_contiguous(self):
@@ -241,6 +283,7 @@ class DeviceArray:
         if self.size == 0:
             return out
         lo, hi = self._byte_span()
+        self._legacy_after_writer()
         if self.is_c_contiguous:
             _check(_lib.flashc_cuda_memcpy(out.ctypes.data, self.ptr, self.nbytes,
                                            _lib.FLASHC_MEMCPY_DEVICE_TO_HOST))
@@ -264,6 +307,7 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError("copy_from_host needs a C-contiguous DeviceArray")
         if self.nbytes:
+            self._legacy_after_writer()  # a pending writer on another stream
             _check(_lib.flashc_cuda_memcpy(self.ptr, arr.ctypes.data, self.nbytes,
                                            _lib.FLASHC_MEMCPY_HOST_TO_DEVICE))
         return self
@@ -273,6 +317,7 @@ class DeviceArray:
         if self.is_c_contiguous:
             out = empty(self.shape, self.dtype)
             if self.nbytes:
+                self._legacy_after_writer()
                 _check(_lib.flashc_cuda_memcpy(out.ptr, self.ptr, self.nbytes,
                                                _lib.FLASHC_MEMCPY_DEVICE_TO_DEVICE))
             return out
@@ -289,8 +334,9 @@ class DeviceArray:
             "descr": [("", typestr)],
             "data": (self.ptr if self.size else 0, False),
             "strides": None if self.is_c_contiguous else self.strides,
-            # flashc works on the legacy default stream unless told otherwise.
-            "stream": 1,
+            # The stream that last wrote it (legacy default unless a flashc
+            # call ran on another one).
+            "stream": self._alloc.stream or 1,
         }
 
     def __dlpack_device__(self):
@@ -302,9 +348,10 @@ class DeviceArray:
                               % (self.__dlpack_device__(), tuple(dl_device)))
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy")
-        if stream is not None and stream not in (-1, 1, 2):
-            # Consumer wants its stream ordered after our (legacy default) one.
-            synchronize()
+        if stream != -1:
+            # DLPack: the consumer's stream (None = legacy default) must see
+            # the work pending on ours.
+            _stream_wait(stream or 1, self._alloc.stream or 1)
         return _to_dlpack_capsule(self)
 
 

@@ -2,10 +2,16 @@
  * knobs.h — every FLASHC_* environment variable, read here and nowhere else,
  * with one policy: a knob is read at every call that consults it (getenv is
  * cheap next to any kernel, and tests change knobs between calls); an unset
- * or empty variable, or a value the knob does not know, means "auto".
- * Header-only, so that the core library and the CUDA module (a separate
- * shared object) read the environment the same way. The list below is
- * mirrored in flashc.h ("Environment").
+ * or empty variable means "auto". A value the knob does not accept is an
+ * error: every compute call (attention and weighted sum, forward and
+ * backward) first runs fc_knobs_check() and fails with
+ * FLASHC_ERR_INVALID_ARGUMENT naming the variable and its accepted values,
+ * so that a typo never silently means "auto". (The fc_knob_* readers below
+ * still map an unknown value to auto: they are only reached after the check,
+ * or from the info calls flashc_cpu_isa() / flashc_cpu_features(), which
+ * cannot fail.) Header-only, so that the core library and the CUDA module (a
+ * separate shared object) read the environment the same way. The list below
+ * is mirrored in flashc.h ("Environment").
  *
  *   FLASHC_CPU_ISA=scalar|avx2|avx512   cap the CPU SIMD path (tests, benchmarks)
  *   FLASHC_CPU_BF16=0|1                 AVX512-BF16 paths off / on wherever the CPU has them
@@ -15,7 +21,9 @@
  *   FLASHC_CUDA_KERNEL=generic|mma      force a CUDA attention kernel family: generic = SIMT kernels
  *                                       only; mma = mma.sync (skip wgmma), then generic
  *   FLASHC_CUDA_MODULE=path             the CUDA module to dlopen instead of the one beside libflashc
- *   FLASHC_WSUM_VARIANT=0               CUDA weighted sum: generic kernels only (tests, benchmarks)
+ *                                       (not checked here: the loader reports a missing file)
+ *   FLASHC_WSUM_VARIANT=0|1             CUDA weighted sum: 0 = generic kernels only (tests,
+ *                                       benchmarks); 1 = auto
  */
 #ifndef FLASHC_COMMON_KNOBS_H
 #define FLASHC_COMMON_KNOBS_H
@@ -26,7 +34,7 @@
 enum { FC_KNOB_AUTO = -1 };
 
 /* Index of the variable's value in `names` (NULL-terminated), FC_KNOB_AUTO when
- * unset, empty or unknown. */
+ * unset, empty or unknown (unknown values are refused by fc_knobs_check first). */
 static inline int fc_knob_choice(const char *var, const char *const *names) {
     const char *e = getenv(var);
     if (!e || !*e) return FC_KNOB_AUTO;
@@ -36,7 +44,7 @@ static inline int fc_knob_choice(const char *var, const char *const *names) {
 }
 
 /* Non-negative integer value, capped at `cap`; FC_KNOB_AUTO when unset, empty
- * or not a number. */
+ * or not a number (refused by fc_knobs_check first). */
 static inline long fc_knob_int(const char *var, long cap) {
     const char *e = getenv(var);
     if (!e || !*e) return FC_KNOB_AUTO;
@@ -75,5 +83,46 @@ static inline int fc_knob_cuda_kernel(void) {
 static inline const char *fc_knob_cuda_module(void) { return fc_knob_str("FLASHC_CUDA_MODULE"); }
 /* 1 (auto: fast kernels where they apply) unless FLASHC_WSUM_VARIANT=0. */
 static inline int fc_knob_wsum_variant(void) { return fc_knob_int("FLASHC_WSUM_VARIANT", 1) == 0 ? 0 : 1; }
+
+/* ------------------------------------------------------------ validation */
+/* The knobs with a closed set of values (names == NULL: a non-negative
+ * decimal integer), each with its accepted values as a message shows them. */
+typedef struct fc_knob_spec {
+    const char *var;
+    const char *const *names;
+    const char *accepted;
+} fc_knob_spec;
+
+static const fc_knob_spec fc_knob_specs[] = {
+    {"FLASHC_CPU_ISA", fc_knob_isa_names, "scalar, avx2, avx512"},
+    {"FLASHC_CPU_BF16", fc_knob_bool_names, "0, 1"},
+    {"FLASHC_CPU_DECODE_ROWS", NULL, "a non-negative integer (0 = never; capped at 64)"},
+    {"FLASHC_CPU_BWD", fc_knob_bwd_names, "twopass"},
+    {"FLASHC_CUDA_KERNEL", fc_knob_cuda_kernel_names, "generic, mma"},
+    {"FLASHC_WSUM_VARIANT", fc_knob_bool_names, "0, 1"},
+};
+
+/* The first knob whose value it does not accept (its spec; *value gets the
+ * value), or NULL when every set knob is valid. Unset and empty are valid. */
+static inline const fc_knob_spec *fc_knobs_invalid(const char **value) {
+    for (size_t k = 0; k < sizeof fc_knob_specs / sizeof *fc_knob_specs; ++k) {
+        const fc_knob_spec *s = &fc_knob_specs[k];
+        const char *e = getenv(s->var);
+        if (!e || !*e) continue;
+        int ok = 0;
+        if (s->names) {
+            for (int i = 0; s->names[i] && !ok; ++i) ok = strcmp(e, s->names[i]) == 0;
+        } else {
+            char *end = NULL;
+            const long n = strtol(e, &end, 10);
+            ok = end != e && *end == '\0' && n >= 0;
+        }
+        if (!ok) {
+            *value = e;
+            return s;
+        }
+    }
+    return NULL;
+}
 
 #endif /* FLASHC_COMMON_KNOBS_H */

@@ -75,17 +75,37 @@ flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
 /* ------------------------------------------------------------ table */
 static const char *m_last_error(void) { return fcc_msg; }
 
+/* The reasons a user can act on, told apart: no driver at all (cudart,
+ * linked statically, reports it as cudaErrorInsufficientDriver, whose text
+ * "CUDA driver version is insufficient" misleads), a driver older than the
+ * runtime this module was built with, no device. The loader prefixes
+ * "CUDA backend unavailable: ". */
 static flashc_status m_probe(void) {
-    int n = 0;
+    int drv = 0, n = 0;
+    /* 0 when no driver (libcuda.so.1) can be loaded. */
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    cudaGetLastError();
+    if (drv == 0)
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE,
+                         "no CUDA driver (libcuda.so.1 not found: install the NVIDIA driver)");
     cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver) {
+        cudaGetLastError();
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE,
+                         "CUDA driver too old: it supports CUDA %d.%d, this module was built with CUDA "
+                         "runtime %d.%d (update the NVIDIA driver)",
+                         drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n < 1)) {
+        cudaGetLastError();
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE, "no CUDA device (driver for CUDA %d.%d found, 0 devices)",
+                         drv / 1000, drv % 1000 / 10);
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE, "no CUDA device: cudaGetDeviceCount: %s (%s)",
+        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE, "cudaGetDeviceCount failed: %s (%s)",
                          cudaGetErrorString(e), cudaGetErrorName(e));
     }
-    if (n < 1)
-        return fcc_error(FLASHC_ERR_BACKEND_UNAVAILABLE,
-                         "no CUDA device: cudaGetDeviceCount returned 0 devices");
     int dev = 0, major = 0;
     FCC_CHECK(cudaGetDevice(&dev));
     FCC_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -185,6 +205,24 @@ static flashc_status m_pointer_is_device(const void *ptr, int *is_device) {
     return FLASHC_OK;
 }
 
+/* NULL and cudaStreamLegacy ((cudaStream_t)1) name the same stream. */
+static cudaStream_t canonical_stream(void *s) { return s ? (cudaStream_t)s : cudaStreamLegacy; }
+
+/* A fresh event per call: the wait captures the record at enqueue time, and
+ * destroying a pending event is safe (released when it completes). Only
+ * calls whose inputs come from another stream pay the ~µs it costs. */
+static flashc_status m_stream_wait(void *stream, void *producer) {
+    cudaStream_t s = canonical_stream(stream), p = canonical_stream(producer);
+    if (s == p) return FLASHC_OK;
+    cudaEvent_t ev;
+    FCC_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t e = cudaEventRecord(ev, p);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, ev, 0);
+    cudaEventDestroy(ev);
+    FCC_CHECK(e);
+    return FLASHC_OK;
+}
+
 static const fc_cuda_module fcc_table = {
     FC_CUDA_MODULE_API_VERSION,
     (uint32_t)sizeof(fc_cuda_module),
@@ -202,6 +240,7 @@ static const fc_cuda_module fcc_table = {
     m_memcpy,
     m_synchronize,
     m_pointer_is_device,
+    m_stream_wait,
 };
 
 extern "C" __attribute__((visibility("default"))) const fc_cuda_module *flashc_cuda_module_init(void) {
