@@ -162,6 +162,8 @@
 #include <stdint.h>
 
 /* ------------------------------------------------------------------ version */
+/* The one source of the version: CMakeLists.txt and pyproject.toml read these
+ * three macros; flashc.__version__ asks the loaded library. */
 #define FLASHC_VERSION_MAJOR 0
 #define FLASHC_VERSION_MINOR 2
 #define FLASHC_VERSION_PATCH 0
