@@ -46,18 +46,8 @@ _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat",
 _READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+# DLDevice, DLDataType and DLTensor: the producer's definitions (cuda.py).
+_DLDevice, _DLDataType, _DLTensor = cuda._DLDevice, cuda._DLDataType, cuda._DLTensor
 
 
 # struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx;
