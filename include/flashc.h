@@ -143,6 +143,64 @@
  * the backend may accumulate dQ with float atomics when that is faster.
  *
  * ---------------------------------------------------------------------------
+ * Ragged batches and KV caches (flashc_attn_varlen_fwd/_bwd, flashc_attn_kvcache_fwd)
+ * ---------------------------------------------------------------------------
+ * Both describe a batch of B sequences of different lengths; each sequence
+ * is attended exactly as a dense call with B = 1 and its own lengths
+ * (Sq_b, Sk_b) would be: every option above (causal, window, sink tokens,
+ * sink logits, softcap, ALiBi, GQA) applies per sequence, bottom-right
+ * aligned per sequence (offset = Sk_b − Sq_b); [B, Hq] ALiBi slopes are per
+ * sequence. Sequences may be empty (length 0). Index tensors are FLASHC_I32
+ * (any stride), in the memory of the call's backend.
+ *
+ * Packed variable-length batch (flashc_attn_varlen_fwd / _bwd):
+ *   q    [Tq, Hq,  D]   the sequences' query rows packed along axis 0
+ *   k, v [Tk, Hkv, D]
+ *   o    [Tq, Hq,  D]
+ *   lse  [Hq, Tq]       (FlashAttention's varlen layout)
+ *   cu_seqlens_q, cu_seqlens_k: int32 [B + 1], B ≥ 1: sequence b owns query
+ *     rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) and keys [cu_seqlens_k[b],
+ *     cu_seqlens_k[b+1]); non-decreasing, cu[0] ≥ 0, cu[B] ≤ Tq (Tk).
+ *   max_seqlen_q, max_seqlen_k: ≥ the longest sequence, or 0 = unknown (the
+ *     library finds it; on CUDA that costs a synchronising device-to-host
+ *     copy of the cu_seqlens: pass them to avoid it, e.g. under graph capture).
+ *   Rows of o and lse outside every sequence are not written; the backward
+ *   writes zeros into the rows of dq, dk, dv outside every sequence. The
+ *   backward takes dout, o like q, lse as the forward wrote it, and the same
+ *   sequences; d(sink logits) (params.dsinks) is summed over the sequences.
+ *
+ * KV cache (flashc_attn_kvcache_fwd), forward only:
+ *   q         [B, Sn, Hq, D]    Sn new query tokens per sequence (decode: 1)
+ *   k_cache, v_cache [Bc, Sc, Hkv, D]: one cache row per sequence, or with
+ *             block_table the pages [P, page_size, Hkv, D]
+ *   cache_seqlens   int32 [B]: tokens already in sequence b's cache (≥ 0)
+ *   k_new, v_new    NULL or [B, Sk_new, Hkv, D]: written into the cache in
+ *             place at positions cache_seqlens[b] .. cache_seqlens[b] +
+ *             Sk_new − 1 of sequence b before attending (cache_seqlens is
+ *             not updated: the caller advances it, as FlashAttention's
+ *             flash_attn_with_kvcache does). Both or neither.
+ *   cache_batch_idx NULL or int32 [B]: sequence b uses cache row
+ *             cache_batch_idx[b] (in [0, Bc)); not with block_table.
+ *   block_table     NULL or int32 [B, max_pages]: position t of sequence b
+ *             is row t % page_size of page block_table[b, t / page_size]
+ *             (in [0, P)); entries past the sequence's last page are never
+ *             read. Any page_size ≥ 1 (the CUDA fast paths take multiples of 16).
+ *   o [B, Sn, Hq, D], lse [B, Hq, Sn] (may be NULL).
+ *   Sequence b attends to its keys 0 .. Sk_b − 1, Sk_b = cache_seqlens[b] +
+ *   Sk_new, which must fit the cache (Sk_b ≤ Sc, or ≤ max_pages·page_size).
+ *   Cache positions ≥ Sk_b are never read: garbage (NaN, Inf) there has no
+ *   effect.
+ *
+ * Validation of index tensors: on the CPU backend every value is checked
+ * (FLASHC_ERR_INVALID_ARGUMENT naming the entry: a decreasing cu_seqlens, a
+ * length past the cache or the packed tensor, a page id out of range, a
+ * block table too short, a cache_batch_idx out of range). On CUDA the index
+ * tensors are device memory and are not inspected on the host (that would
+ * synchronise): the kernels clamp every index they derive from them, so an
+ * invalid value never reads or writes out of bounds, but the results of
+ * such a sequence are unspecified.
+ *
+ * ---------------------------------------------------------------------------
  * Weighted row-sum (flashc_weighted_sum / flashc_weighted_sum_bwd)
  * ---------------------------------------------------------------------------
  *   x  [..., D]  (ndim 1..FLASHC_MAX_DIMS, any strides)
@@ -224,7 +282,8 @@ typedef enum flashc_dtype {
     FLASHC_F32 = 0,
     FLASHC_F16 = 1,  /* IEEE binary16 */
     FLASHC_BF16 = 2, /* bfloat16 */
-    FLASHC_F64 = 3
+    FLASHC_F64 = 3,
+    FLASHC_I32 = 4   /* int32: index tensors only (cu_seqlens, cache_seqlens, block_table, …) */
 } flashc_dtype;
 
 /* Bytes per element of a dtype, 0 for an unknown value. */
@@ -362,6 +421,62 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout,
                                          const flashc_tensor *dv,
                                          void *dsinks,
                                          const flashc_attn_params *params);
+
+/* ------------------------------------------ ragged batches and KV caches */
+/* See "Ragged batches and KV caches" at the top. The structs follow the
+ * params convention (struct_size, *_default(), fields only appended). */
+typedef struct flashc_varlen {
+    uint32_t struct_size;               /* = sizeof(flashc_varlen) */
+    const flashc_tensor *cu_seqlens_q;  /* int32 [B + 1] */
+    const flashc_tensor *cu_seqlens_k;  /* int32 [B + 1] */
+    int64_t max_seqlen_q;               /* ≥ the longest query sequence; 0 = unknown */
+    int64_t max_seqlen_k;               /* ≥ the longest key sequence; 0 = unknown */
+} flashc_varlen;
+
+FLASHC_API flashc_varlen flashc_varlen_default(void);
+
+/* q [Tq, Hq, D], k, v [Tk, Hkv, D] → o [Tq, Hq, D], lse [Hq, Tq] (may be NULL). */
+FLASHC_API flashc_status flashc_attn_varlen_fwd(const flashc_tensor *q,
+                                                const flashc_tensor *k,
+                                                const flashc_tensor *v,
+                                                const flashc_varlen *seqs,
+                                                const flashc_tensor *o,
+                                                const flashc_tensor *lse,
+                                                const flashc_attn_params *params);
+
+/* Gradients of flashc_attn_varlen_fwd. d(sink logits) through params.dsinks. */
+FLASHC_API flashc_status flashc_attn_varlen_bwd(const flashc_tensor *dout,
+                                                const flashc_tensor *q,
+                                                const flashc_tensor *k,
+                                                const flashc_tensor *v,
+                                                const flashc_tensor *o,
+                                                const flashc_tensor *lse,
+                                                const flashc_varlen *seqs,
+                                                const flashc_tensor *dq,
+                                                const flashc_tensor *dk,
+                                                const flashc_tensor *dv,
+                                                const flashc_attn_params *params);
+
+typedef struct flashc_kvcache {
+    uint32_t struct_size;                  /* = sizeof(flashc_kvcache) */
+    const flashc_tensor *k_cache;          /* [Bc, Sc, Hkv, D], or pages [P, page_size, Hkv, D] */
+    const flashc_tensor *v_cache;          /* like k_cache */
+    const flashc_tensor *cache_seqlens;    /* int32 [B], required */
+    const flashc_tensor *k_new;            /* NULL or [B, Sk_new, Hkv, D], appended in place */
+    const flashc_tensor *v_new;            /* like k_new */
+    const flashc_tensor *cache_batch_idx;  /* NULL or int32 [B] */
+    const flashc_tensor *block_table;      /* NULL or int32 [B, max_pages]: paged cache */
+} flashc_kvcache;
+
+FLASHC_API flashc_kvcache flashc_kvcache_default(void);
+
+/* q [B, Sn, Hq, D] against the cache (after appending k_new/v_new) →
+ * o [B, Sn, Hq, D], lse [B, Hq, Sn] (may be NULL). */
+FLASHC_API flashc_status flashc_attn_kvcache_fwd(const flashc_tensor *q,
+                                                 const flashc_kvcache *cache,
+                                                 const flashc_tensor *o,
+                                                 const flashc_tensor *lse,
+                                                 const flashc_attn_params *params);
 
 /* --------------------------------------------------------- weighted row-sum */
 FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x,

@@ -1,13 +1,17 @@
 /* flashc_attn_fwd / flashc_attn_bwd: validate the call, fold params into the
- * normalised problem (fc_attn), pick the backend, run it. */
+ * normalised problem (fc_attn), pick the backend, run it. The parts that
+ * every attention entry point shares — params and options, lse, gradients,
+ * backend resolution, the run — are the fc_attn_* functions declared in
+ * core.h; attention_ragged.c (varlen, KV cache) uses them too. */
 #include "core.h"
 
 #include <math.h>
 #include <string.h>
 
-static const char *const AXES4[4] = {"B", "S", "H", "D"};
+const char *const FC_AXES4[4] = {"B", "S", "H", "D"};
+const char *const FC_AXES3[3] = {"T", "H", "D"};
 
-static flashc_status read_params(const flashc_attn_params *user, flashc_attn_params *p) {
+flashc_status fc_attn_read_params(const flashc_attn_params *user, flashc_attn_params *p) {
     *p = flashc_attn_params_default();
     if (!user) return FLASHC_OK;
     /* Sizes this library knows: 0.1 (up to `stream`) and the current one.
@@ -22,10 +26,8 @@ static flashc_status read_params(const flashc_attn_params *user, flashc_attn_par
     return FLASHC_OK;
 }
 
-/* A per-head vector ([Hq], or [B, Hq] when allow_batch) of the problem's
- * float type (F32, F64 for F64 problems). Writes the (batch, head) strides. */
-static flashc_status check_head_vector(const flashc_tensor *t, const char *name, const fc_attn *a, int allow_batch,
-                                       int is_output, int64_t str[2]) {
+flashc_status fc_attn_head_vector(const flashc_tensor *t, const char *name, const fc_attn *a, int allow_batch,
+                                  int is_output, int64_t str[2]) {
     FC_RETURN_IF(!t, FLASHC_ERR_NULL_POINTER, "%s is NULL", name);
     FC_RETURN_IF(t->ndim != 1 && !(allow_batch && t->ndim == 2), FLASHC_ERR_SHAPE,
                  "%s.ndim=%d, expected %s", name, (int)t->ndim, allow_batch ? "1 ([Hq]) or 2 ([B, Hq])" : "1 ([Hq])");
@@ -62,83 +64,41 @@ static flashc_status check_alibi_finite(const fc_attn *a) {
 
 /* An empty tensor's strides are never checked (nothing is read or written),
  * so the problem gets zeros instead: no kernel then forms an offset from
- * them, even for a row it skips. */
-static void copy_strides4(int64_t dst[4], const flashc_tensor *t) {
-    const int empty = fc_numel(t) == 0;
-    for (int i = 0; i < 4; ++i) dst[i] = empty ? 0 : t->strides[i];
-}
-static void copy_strides3(int64_t dst[3], const flashc_tensor *t) {
-    const int empty = fc_numel(t) == 0;
-    for (int i = 0; i < 3; ++i) dst[i] = empty ? 0 : t->strides[i];
+ * them, even for a row it skips. A packed tensor (one axis fewer) gets a 0
+ * batch stride in front. */
+void fc_attn_strides(int64_t *dst, int n, const flashc_tensor *t) {
+    const int empty = fc_numel(t) == 0, lead = n - t->ndim;
+    for (int i = 0; i < n; ++i) dst[i] = empty || i < lead ? 0 : t->strides[i - lead];
 }
 
-/* `t` must have exactly `want` as its shape (4-D). */
-static flashc_status expect_shape4(const flashc_tensor *t, const char *name, const int64_t want[4],
-                                   const char *like) {
-    for (int i = 0; i < 4; ++i)
-        FC_RETURN_IF(t->shape[i] != want[i], FLASHC_ERR_SHAPE,
-                     "%s.shape[%d]=%lld (%s) must equal %s's %lld", name, i, (long long)t->shape[i], AXES4[i],
-                     like, (long long)want[i]);
+flashc_status fc_expect_shape(const flashc_tensor *t, const char *name, const flashc_tensor *ref, const char *like,
+                              const char *const *axes) {
+    FC_RETURN_IF(t->ndim != ref->ndim, FLASHC_ERR_SHAPE, "%s.ndim=%d must equal %s.ndim=%d", name, (int)t->ndim,
+                 like, (int)ref->ndim);
+    for (int i = 0; i < ref->ndim; ++i)
+        FC_RETURN_IF(t->shape[i] != ref->shape[i], FLASHC_ERR_SHAPE,
+                     "%s.shape[%d]=%lld (%s) must equal %s's %lld", name, i, (long long)t->shape[i], axes[i],
+                     like, (long long)ref->shape[i]);
     return FLASHC_OK;
 }
 
-static flashc_status check_lse(const flashc_tensor *lse, const fc_attn *a, int is_output) {
-    FC_TRY(fc_check_tensor(lse, "lse", 3, is_output));
-    const int want = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
-    FC_RETURN_IF(lse->dtype != want, FLASHC_ERR_DTYPE, "lse.dtype=%s, expected %s for %s inputs",
-                 fc_dtype_name(lse->dtype), fc_dtype_name(want), fc_dtype_name(a->dtype));
-    const int64_t want_shape[3] = {a->B, a->Hq, a->Sq};
-    static const char *const ax[3] = {"B", "Hq", "Sq"};
-    for (int i = 0; i < 3; ++i)
-        FC_RETURN_IF(lse->shape[i] != want_shape[i], FLASHC_ERR_SHAPE,
-                     "lse.shape[%d]=%lld must equal %s=%lld (lse is [B, Hq, Sq])", i, (long long)lse->shape[i],
-                     ax[i], (long long)want_shape[i]);
-    return FLASHC_OK;
-}
-
-/* Validates q, k, v, o and params; fills everything of *a except lse. */
-static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
-                                   const flashc_tensor *o, int o_is_output, const flashc_attn_params *user,
-                                   fc_attn *a, flashc_attn_params *p) {
-    memset(a, 0, sizeof *a);
-    FC_TRY(fc_check_knobs());
-    FC_TRY(read_params(user, p));
-    FC_TRY(fc_check_tensor(q, "q", 4, 0));
-    FC_TRY(fc_check_tensor(k, "k", 4, 0));
-    FC_TRY(fc_check_tensor(v, "v", 4, 0));
-    FC_TRY(fc_check_tensor(o, "o", 4, o_is_output));
-    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
-                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
-                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
-    a->dtype = q->dtype;
-    a->B = q->shape[0];
-    a->Sq = q->shape[1];
-    a->Hq = q->shape[2];
-    a->D = q->shape[3];
-    a->Sk = k->shape[1];
-    a->Hkv = k->shape[2];
-    FC_RETURN_IF(a->B < 1, FLASHC_ERR_SHAPE, "q.shape[0]=%lld (B) must be >= 1", (long long)a->B);
-    FC_RETURN_IF(a->Hq < 1, FLASHC_ERR_SHAPE, "q.shape[2]=%lld (Hq) must be >= 1", (long long)a->Hq);
-    FC_RETURN_IF(a->Hkv < 1, FLASHC_ERR_SHAPE, "k.shape[2]=%lld (Hkv) must be >= 1", (long long)a->Hkv);
+flashc_status fc_attn_heads(fc_attn *a, const flashc_tensor *q, int qh, const flashc_tensor *k, const char *kname,
+                            int kh) {
+    a->Hq = q->shape[qh];
+    a->D = q->shape[qh + 1];
+    a->Hkv = k->shape[kh];
+    FC_RETURN_IF(a->Hq < 1, FLASHC_ERR_SHAPE, "q.shape[%d]=%lld (Hq) must be >= 1", qh, (long long)a->Hq);
+    FC_RETURN_IF(a->Hkv < 1, FLASHC_ERR_SHAPE, "%s.shape[%d]=%lld (Hkv) must be >= 1", kname, kh, (long long)a->Hkv);
     FC_RETURN_IF(a->D < 1 || a->D > 256, FLASHC_ERR_INVALID_ARGUMENT,
-                 "q.shape[3]=%lld (head dim D) must be in 1..256", (long long)a->D);
-    FC_RETURN_IF(k->shape[0] != a->B, FLASHC_ERR_SHAPE, "k.shape[0]=%lld (B) must equal q.shape[0]=%lld",
-                 (long long)k->shape[0], (long long)a->B);
-    FC_RETURN_IF(k->shape[3] != a->D, FLASHC_ERR_SHAPE, "k.shape[3]=%lld (D) must equal q.shape[3]=%lld",
-                 (long long)k->shape[3], (long long)a->D);
-    FC_RETURN_IF(a->Hq % a->Hkv != 0, FLASHC_ERR_SHAPE, "q.shape[2]=%lld is not a multiple of k.shape[2]=%lld",
-                 (long long)a->Hq, (long long)a->Hkv);
-    FC_TRY(expect_shape4(v, "v", k->shape, "k"));
-    FC_TRY(expect_shape4(o, "o", q->shape, "q"));
-    a->q = q->data;
-    a->k = k->data;
-    a->v = v->data;
-    a->o = o->data;
-    copy_strides4(a->sq, q);
-    copy_strides4(a->sk, k);
-    copy_strides4(a->sv, v);
-    copy_strides4(a->so, o);
+                 "q.shape[%d]=%lld (head dim D) must be in 1..256", qh + 1, (long long)a->D);
+    FC_RETURN_IF(k->shape[kh + 1] != a->D, FLASHC_ERR_SHAPE, "%s.shape[%d]=%lld (D) must equal q.shape[%d]=%lld",
+                 kname, kh + 1, (long long)k->shape[kh + 1], qh + 1, (long long)a->D);
+    FC_RETURN_IF(a->Hq % a->Hkv != 0, FLASHC_ERR_SHAPE, "q.shape[%d]=%lld is not a multiple of %s.shape[%d]=%lld", qh,
+                 (long long)a->Hq, kname, kh, (long long)a->Hkv);
+    return FLASHC_OK;
+}
 
+flashc_status fc_attn_options(const flashc_attn_params *p, fc_attn *a) {
     FC_RETURN_IF(!isfinite(p->softmax_scale), FLASHC_ERR_INVALID_ARGUMENT, "params.softmax_scale=%g is not finite",
                  p->softmax_scale);
     /* flashc.h, "Scores": beyond the bound the logits' rounding in the
@@ -171,7 +131,7 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
                  "params.sinks and params.sink_logits are both set: give the sink logits once");
     if (p->sinks) {
         int64_t str[2];
-        FC_TRY(check_head_vector(p->sinks, "sinks", a, 0, 0, str));
+        FC_TRY(fc_attn_head_vector(p->sinks, "sinks", a, 0, 0, str));
         a->sink_logits = p->sinks->data;
         a->ssink = str[1];
     } else if (p->sink_logits) {
@@ -183,7 +143,7 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
                  "params.softcap=%g must be finite and >= 0 (0 = off)", p->softcap);
     a->softcap = p->softcap;
     if (p->alibi_slopes) {
-        FC_TRY(check_head_vector(p->alibi_slopes, "alibi_slopes", a, 1, 0, a->salibi));
+        FC_TRY(fc_attn_head_vector(p->alibi_slopes, "alibi_slopes", a, 1, 0, a->salibi));
         a->alibi = p->alibi_slopes->data;
         /* A [B, Hq] tensor with B = 1 and a zero batch stride reads as [Hq]: same slopes. */
     }
@@ -192,7 +152,78 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
     return FLASHC_OK;
 }
 
-static flashc_status run(int backend, int bwd, const fc_attn *a) {
+flashc_status fc_attn_lse(const flashc_tensor *lse, fc_attn *a, int ndim, const int64_t *want,
+                          const char *const *axes, const char *layout, int is_output) {
+    FC_TRY(fc_check_tensor(lse, "lse", ndim, is_output));
+    const int dt = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    FC_RETURN_IF(lse->dtype != dt, FLASHC_ERR_DTYPE, "lse.dtype=%s, expected %s for %s inputs",
+                 fc_dtype_name(lse->dtype), fc_dtype_name(dt), fc_dtype_name(a->dtype));
+    for (int i = 0; i < ndim; ++i)
+        FC_RETURN_IF(lse->shape[i] != want[i], FLASHC_ERR_SHAPE, "lse.shape[%d]=%lld must equal %s=%lld (lse is %s)",
+                     i, (long long)lse->shape[i], axes[i], (long long)want[i], layout);
+    a->lse = lse->data;
+    fc_attn_strides(a->slse, 3, lse);
+    return FLASHC_OK;
+}
+
+flashc_status fc_attn_grads(fc_attn *a, const flashc_attn_params *p, const flashc_tensor *dout,
+                            const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                            const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv, void *dsinks,
+                            int has_dsinks_arg, const char *const *axes) {
+    const int nd = q->ndim;
+    FC_TRY(fc_check_tensor(dout, "dout", nd, 0));
+    FC_TRY(fc_check_tensor(dq, "dq", nd, 1));
+    FC_TRY(fc_check_tensor(dk, "dk", nd, 1));
+    FC_TRY(fc_check_tensor(dv, "dv", nd, 1));
+    FC_RETURN_IF(dout->dtype != a->dtype || dq->dtype != a->dtype || dk->dtype != a->dtype || dv->dtype != a->dtype,
+                 FLASHC_ERR_DTYPE, "dout, dq, dk, dv must have q's dtype %s (got %s, %s, %s, %s)",
+                 fc_dtype_name(a->dtype), fc_dtype_name(dout->dtype), fc_dtype_name(dq->dtype),
+                 fc_dtype_name(dk->dtype), fc_dtype_name(dv->dtype));
+    FC_TRY(fc_expect_shape(dout, "dout", q, "q", axes));
+    FC_TRY(fc_expect_shape(dq, "dq", q, "q", axes));
+    FC_TRY(fc_expect_shape(dk, "dk", k, "k", axes));
+    FC_TRY(fc_expect_shape(dv, "dv", v, "v", axes));
+    FC_RETURN_IF(p->dsinks && dsinks, FLASHC_ERR_INVALID_ARGUMENT,
+                 "params.dsinks and the dsinks argument are both set: give the sink gradient once");
+    FC_RETURN_IF(a->sink_logits && !dsinks && !p->dsinks, FLASHC_ERR_NULL_POINTER,
+                 has_dsinks_arg ? "the sink logits are set but neither params.dsinks nor the dsinks argument is: "
+                                  "the backward writes d(sink logits) [Hq]"
+                                : "the sink logits are set but params.dsinks is not: the backward writes "
+                                  "d(sink logits) [Hq]");
+    if (a->sink_logits && p->dsinks) {
+        int64_t str[2];
+        FC_TRY(fc_attn_head_vector(p->dsinks, "dsinks", a, 0, 1, str));
+        dsinks = p->dsinks->data;
+        a->sdsink = str[1];
+    } else {
+        a->sdsink = 1;
+    }
+    a->dout = dout->data;
+    a->dq = dq->data;
+    a->dk = dk->data;
+    a->dv = dv->data;
+    a->dsinks = a->sink_logits ? dsinks : NULL;
+    fc_attn_strides(a->sdo, 4, dout);
+    fc_attn_strides(a->sdq, 4, dq);
+    fc_attn_strides(a->sdk, 4, dk);
+    fc_attn_strides(a->sdv, 4, dv);
+    return FLASHC_OK;
+}
+
+flashc_status fc_attn_resolve(const fc_attn *a, int requested, int *backend) {
+    /* Every pointer of the problem, NULL where unused (skipped). */
+    const void *const ptrs[] = {a->q,     a->k,     a->v,     a->o,        a->lse,         a->sink_logits,
+                                a->alibi, a->dout,  a->dq,    a->dk,       a->dv,          a->dsinks,
+                                a->cu_q,  a->cu_k,  a->seqlen_k, a->kv_batch, a->block_table, a->k_new,
+                                a->v_new};
+    static const char *const names[] = {"q",     "k",      "v",     "o",  "lse",   "sinks", "alibi_slopes",
+                                        "dout",  "dq",     "dk",    "dv", "dsinks", "cu_seqlens_q",
+                                        "cu_seqlens_k", "cache_seqlens", "cache_batch_idx", "block_table",
+                                        "k_new", "v_new"};
+    return fc_resolve_backend(requested, ptrs, names, (int)(sizeof ptrs / sizeof *ptrs), backend);
+}
+
+flashc_status fc_attn_run(int backend, int bwd, const fc_attn *a) {
     if (backend == FLASHC_BACKEND_CPU) {
         FC_TRY(check_alibi_finite(a));
         const fc_team t = fc_cpu_team_begin();
@@ -205,6 +236,44 @@ static flashc_status run(int backend, int bwd, const fc_attn *a) {
     return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
 }
 
+/* Validates q, k, v, o ([B, S, H, D]) and params; fills everything of *a
+ * except lse and the gradients. */
+static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                   const flashc_tensor *o, int o_is_output, const flashc_attn_params *user,
+                                   fc_attn *a, flashc_attn_params *p) {
+    memset(a, 0, sizeof *a);
+    FC_TRY(fc_check_knobs());
+    FC_TRY(fc_attn_read_params(user, p));
+    FC_TRY(fc_check_float_tensor(q, "q", 4, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(k, "k", 4, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(v, "v", 4, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(o, "o", 4, o_is_output, "attention"));
+    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
+                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
+                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
+    a->dtype = q->dtype;
+    a->B = q->shape[0];
+    a->Sq = q->shape[1];
+    a->Sk = k->shape[1];
+    FC_RETURN_IF(a->B < 1, FLASHC_ERR_SHAPE, "q.shape[0]=%lld (B) must be >= 1", (long long)a->B);
+    FC_TRY(fc_attn_heads(a, q, 2, k, "k", 2));
+    FC_RETURN_IF(k->shape[0] != a->B, FLASHC_ERR_SHAPE, "k.shape[0]=%lld (B) must equal q.shape[0]=%lld",
+                 (long long)k->shape[0], (long long)a->B);
+    FC_TRY(fc_expect_shape(v, "v", k, "k", FC_AXES4));
+    FC_TRY(fc_expect_shape(o, "o", q, "q", FC_AXES4));
+    a->q = q->data;
+    a->k = k->data;
+    a->v = v->data;
+    a->o = o->data;
+    fc_attn_strides(a->sq, 4, q);
+    fc_attn_strides(a->sk, 4, k);
+    fc_attn_strides(a->sv, 4, v);
+    fc_attn_strides(a->so, 4, o);
+    return fc_attn_options(p, a);
+}
+
+static const char *const LSE_AXES[3] = {"B", "Hq", "Sq"};
+
 FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
                                          const flashc_tensor *o, const flashc_tensor *lse,
                                          const flashc_attn_params *params) {
@@ -213,14 +282,12 @@ FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_te
     flashc_attn_params p;
     FC_TRY(build_problem(q, k, v, o, 1, params, &a, &p));
     if (lse) {
-        FC_TRY(check_lse(lse, &a, 1));
-        a.lse = lse->data;
-        copy_strides3(a.slse, lse);
+        const int64_t want[3] = {a.B, a.Hq, a.Sq};
+        FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 1));
     }
-    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.alibi};
     int backend;
-    FC_TRY(fc_resolve_backend(p.backend, ptrs, 7, &backend));
-    return run(backend, 0, &a);
+    FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
+    return fc_attn_run(backend, 0, &a);
 }
 
 FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
@@ -232,46 +299,10 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     flashc_attn_params p;
     FC_TRY(build_problem(q, k, v, o, 0, params, &a, &p));
     FC_RETURN_IF(!lse, FLASHC_ERR_NULL_POINTER, "lse is NULL: the backward recomputes P from the forward's lse");
-    FC_TRY(check_lse(lse, &a, 0));
-    a.lse = lse->data;
-    copy_strides3(a.slse, lse);
-
-    FC_TRY(fc_check_tensor(dout, "dout", 4, 0));
-    FC_TRY(fc_check_tensor(dq, "dq", 4, 1));
-    FC_TRY(fc_check_tensor(dk, "dk", 4, 1));
-    FC_TRY(fc_check_tensor(dv, "dv", 4, 1));
-    FC_RETURN_IF(dout->dtype != a.dtype || dq->dtype != a.dtype || dk->dtype != a.dtype || dv->dtype != a.dtype,
-                 FLASHC_ERR_DTYPE, "dout, dq, dk, dv must have q's dtype %s (got %s, %s, %s, %s)", fc_dtype_name(a.dtype),
-                 fc_dtype_name(dout->dtype), fc_dtype_name(dq->dtype), fc_dtype_name(dk->dtype),
-                 fc_dtype_name(dv->dtype));
-    FC_TRY(expect_shape4(dout, "dout", q->shape, "q"));
-    FC_TRY(expect_shape4(dq, "dq", q->shape, "q"));
-    FC_TRY(expect_shape4(dk, "dk", k->shape, "k"));
-    FC_TRY(expect_shape4(dv, "dv", v->shape, "v"));
-    FC_RETURN_IF(p.dsinks && dsinks, FLASHC_ERR_INVALID_ARGUMENT,
-                 "params.dsinks and the dsinks argument are both set: give the sink gradient once");
-    FC_RETURN_IF(a.sink_logits && !dsinks && !p.dsinks, FLASHC_ERR_NULL_POINTER,
-                 "the sink logits are set but neither params.dsinks nor the dsinks argument is: the backward "
-                 "writes d(sink logits) [Hq]");
-    if (a.sink_logits && p.dsinks) {
-        int64_t str[2];
-        FC_TRY(check_head_vector(p.dsinks, "dsinks", &a, 0, 1, str));
-        dsinks = p.dsinks->data;
-        a.sdsink = str[1];
-    } else {
-        a.sdsink = 1;
-    }
-    a.dout = dout->data;
-    a.dq = dq->data;
-    a.dk = dk->data;
-    a.dv = dv->data;
-    a.dsinks = a.sink_logits ? dsinks : NULL;
-    copy_strides4(a.sdo, dout);
-    copy_strides4(a.sdq, dq);
-    copy_strides4(a.sdk, dk);
-    copy_strides4(a.sdv, dv);
-    const void *ptrs[] = {a.q, a.k, a.v, a.o, a.lse, a.sink_logits, a.alibi, a.dout, a.dq, a.dk, a.dv, a.dsinks};
+    const int64_t want[3] = {a.B, a.Hq, a.Sq};
+    FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 0));
+    FC_TRY(fc_attn_grads(&a, &p, dout, q, k, v, dq, dk, dv, dsinks, 1, FC_AXES4));
     int backend;
-    FC_TRY(fc_resolve_backend(p.backend, ptrs, 12, &backend));
-    return run(backend, 1, &a);
+    FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
+    return fc_attn_run(backend, 1, &a);
 }

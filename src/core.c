@@ -54,6 +54,7 @@ FLASHC_API size_t flashc_dtype_size(int dtype) {
     case FLASHC_F16: return 2;
     case FLASHC_BF16: return 2;
     case FLASHC_F64: return 8;
+    case FLASHC_I32: return 4;
     default: return 0;
     }
 }
@@ -64,6 +65,7 @@ const char *fc_dtype_name(int dtype) {
     case FLASHC_F16: return "F16";
     case FLASHC_BF16: return "BF16";
     case FLASHC_F64: return "F64";
+    case FLASHC_I32: return "I32";
     default: return "unknown";
     }
 }

@@ -106,7 +106,8 @@ FLASHC_API int flashc_backend_available(int backend) {
     }
 }
 
-flashc_status fc_resolve_backend(int requested, const void *const *ptrs, int n, int *backend) {
+flashc_status fc_resolve_backend(int requested, const void *const *ptrs, const char *const *names, int n,
+                                 int *backend) {
     FC_RETURN_IF(requested != FLASHC_BACKEND_AUTO && requested != FLASHC_BACKEND_CPU &&
                      requested != FLASHC_BACKEND_CUDA,
                  FLASHC_ERR_INVALID_ARGUMENT, "params.backend=%d is not a flashc_backend (0=AUTO, 1=CPU, 2=CUDA)",
@@ -128,20 +129,20 @@ flashc_status fc_resolve_backend(int requested, const void *const *ptrs, int n, 
     }
     /* The CPU backend reading device memory would crash the caller's process. */
     FC_RETURN_IF(requested == FLASHC_BACKEND_CPU && n_dev > 0, FLASHC_ERR_DEVICE_MISMATCH,
-                 "backend CPU needs host memory, but argument %d is a device pointer", first_dev);
+                 "backend CPU needs host memory, but %s is a device pointer", names[first_dev]);
     if (requested == FLASHC_BACKEND_CPU) {
         *backend = FLASHC_BACKEND_CPU;
         return FLASHC_OK;
     }
     if (requested == FLASHC_BACKEND_CUDA) {
         FC_RETURN_IF(n_host > 0, FLASHC_ERR_DEVICE_MISMATCH,
-                     "backend CUDA needs device memory, but argument %d is a host pointer", first_host);
+                     "backend CUDA needs device memory, but %s is a host pointer", names[first_host]);
         *backend = FLASHC_BACKEND_CUDA;
         return FLASHC_OK;
     }
     FC_RETURN_IF(n_dev > 0 && n_host > 0, FLASHC_ERR_DEVICE_MISMATCH,
-                 "host and device pointers mixed in one call (argument %d is device memory, argument %d host)",
-                 first_dev, first_host);
+                 "host and device pointers mixed in one call (%s is device memory, %s host memory)",
+                 names[first_dev], names[first_host]);
     *backend = n_dev > 0 ? FLASHC_BACKEND_CUDA : FLASHC_BACKEND_CPU;
     return FLASHC_OK;
 }

@@ -63,7 +63,115 @@ typedef struct fc_attn {
     int64_t sdq[4], sdk[4], sdv[4];
     void *dsinks;                  /* NULL unless sink_logits; [Hq], dtype of sink_logits, h at h·sdsink */
     int64_t sdsink;
+    /* ---- ragged batches (flashc_attn_varlen_*, flashc_attn_kvcache_fwd; flashc.h "Ragged
+     * batches and KV caches"). All NULL/0 for a dense call. When any is set, Sq and Sk
+     * are upper bounds (varlen: the longest sequence; KV cache: Sk = the cache's
+     * capacity per sequence, Sc or max_pages·page_size) and fc_attn_seq() gives sequence b's lengths and row origins. Index arrays
+     * are int32 in the backend's memory, element x at x·stride. */
+    const int32_t *cu_q;           /* [B+1] or NULL: sequence b's query rows are rows cu_q[b] + i along
+                                      axis 1 of q/o/dout/dq (axis 2 of lse); their batch strides are 0 */
+    int64_t scu_q;
+    const int32_t *cu_k;           /* [B+1] or NULL: its keys are rows cu_k[b] + j along axis 1 of k/v/dk/dv
+                                      (batch strides 0) */
+    int64_t scu_k;
+    const int32_t *seqlen_k;       /* [B] or NULL (KV cache): Sk_b = seqlen_k[b] + seqlen_k_add */
+    int64_t sseqlen_k, seqlen_k_add;
+    const int32_t *kv_batch;       /* [B] or NULL: k/v batch index of sequence b (cache_batch_idx) */
+    int64_t skv_batch;
+    const int32_t *block_table;    /* [B, max_pages] or NULL (paged): key j of sequence b is row
+                                      j % page_size (axis 1) of page block_table[b, j / page_size]
+                                      (axis 0) of k/v */
+    int64_t sbt[2], max_pages, page_size;
+    int64_t Tq, Tk;                /* extents of the packed axis (cu_q / cu_k): the clamps of fc_attn_seq */
+    int64_t Bk;                    /* extent of k/v axis 0 (cache rows or pages) */
+    /* KV append (flashc_attn_kvcache_fwd): k_new/v_new [B, S_new, Hkv, D] are copied into the
+     * cache at key positions seqlen_k[b] .. + S_new − 1 of each sequence before attending
+     * (seqlen_k_add = S_new). NULL when none. */
+    const void *k_new, *v_new;
+    int64_t skn[4], svn[4], S_new;
 } fc_attn;
+
+/* One sequence of a (possibly ragged) batch: its lengths and where its rows
+ * start. Dense problems: Sq, Sk of the problem, q_row = k_row = 0, qb = kb = b. */
+typedef struct fc_seq {
+    int64_t Sq, Sk;   /* this sequence's query rows and keys */
+    int64_t qb;       /* batch index into q/o/lse/dout/dq (0 when cu_q) */
+    int64_t q_row;    /* its first query row along axis 1 (cu_q[b], else 0) */
+    int64_t kb;       /* batch index into k/v (cache row, 0 when cu_k or paged) */
+    int64_t k_row;    /* its first key row along axis 1 (cu_k[b], else 0) */
+} fc_seq;
+
+static inline FC_HOST_DEVICE int fc_attn_is_ragged(const fc_attn *a) {
+    return a->cu_q || a->cu_k || a->seqlen_k || a->block_table || a->kv_batch;
+}
+
+static inline FC_HOST_DEVICE int64_t fc_clamp64(int64_t x, int64_t lo, int64_t hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* Sequence b (0 ≤ b < B). Every index read from the arrays is clamped to
+ * the tensors' extents, so that unchecked device arrays never lead out of
+ * bounds (the core has already validated host arrays exactly). */
+static inline FC_HOST_DEVICE fc_seq fc_attn_seq(const fc_attn *a, int64_t b) {
+    fc_seq s;
+    if (a->cu_q) {
+        const int64_t r0 = fc_clamp64(a->cu_q[b * a->scu_q], 0, a->Tq);
+        const int64_t r1 = fc_clamp64(a->cu_q[(b + 1) * a->scu_q], r0, a->Tq);
+        s.qb = 0;
+        s.q_row = r0;
+        s.Sq = fc_clamp64(r1 - r0, 0, a->Sq);
+    } else {
+        s.qb = b;
+        s.q_row = 0;
+        s.Sq = a->Sq;
+    }
+    if (a->cu_k) {
+        const int64_t r0 = fc_clamp64(a->cu_k[b * a->scu_k], 0, a->Tk);
+        const int64_t r1 = fc_clamp64(a->cu_k[(b + 1) * a->scu_k], r0, a->Tk);
+        s.kb = 0;
+        s.k_row = r0;
+        s.Sk = fc_clamp64(r1 - r0, 0, a->Sk);
+    } else {
+        s.kb = a->block_table ? 0 : a->kv_batch ? fc_clamp64(a->kv_batch[b * a->skv_batch], 0, a->Bk - 1) : b;
+        s.k_row = 0;
+        s.Sk = a->seqlen_k ? fc_clamp64((int64_t)a->seqlen_k[b * a->sseqlen_k] + a->seqlen_k_add, 0, a->Sk)
+                           : a->Sk;
+    }
+    return s;
+}
+
+/* Element offset of key row j (< s->Sk) of sequence b, head hk, dim 0, in a
+ * k/v-shaped tensor with strides st (paged: through the block table, page
+ * ids clamped to [0, Bk)). */
+static inline FC_HOST_DEVICE int64_t fc_attn_key_offset(const fc_attn *a, const fc_seq *s, int64_t b,
+                                                        const int64_t st[4], int64_t j, int64_t hk) {
+    if (a->block_table) {
+        const int64_t pg = fc_clamp64(a->block_table[b * a->sbt[0] + (j / a->page_size) * a->sbt[1]], 0,
+                                      a->Bk - 1);
+        return pg * st[0] + (j % a->page_size) * st[1] + hk * st[2];
+    }
+    return s->kb * st[0] + (s->k_row + j) * st[1] + hk * st[2];
+}
+
+/* Element offset of query row i of sequence s, head h, dim 0, in a q-shaped
+ * tensor with strides st; lse: fc_attn_lse_offset. */
+static inline FC_HOST_DEVICE int64_t fc_attn_row_offset(const fc_seq *s, const int64_t st[4], int64_t i, int64_t h) {
+    return s->qb * st[0] + (s->q_row + i) * st[1] + h * st[2];
+}
+static inline FC_HOST_DEVICE int64_t fc_attn_lse_offset(const fc_seq *s, const int64_t st[3], int64_t h, int64_t i) {
+    return s->qb * st[0] + h * st[1] + (s->q_row + i) * st[2];
+}
+
+/* The masking part of sequence s (its own lengths: bottom-right aligned per sequence). */
+static inline FC_HOST_DEVICE fc_mask fc_seq_mask(const fc_attn *a, const fc_seq *s) {
+    fc_mask m;
+    m.Sq = s->Sq;
+    m.Sk = s->Sk;
+    m.wl = a->wl;
+    m.wr = a->wr;
+    m.n_sink = a->n_sink;
+    return m;
+}
 
 /* The masking and score parts of a problem, as the seam (src/common/) takes them. */
 static inline FC_HOST_DEVICE fc_mask fc_attn_mask(const fc_attn *a) {
@@ -84,6 +192,12 @@ static inline FC_HOST_DEVICE fc_score_params fc_attn_score(const fc_attn *a) {
     p.alibi_sh = a->salibi[1];
     p.alibi_f64 = a->dtype == FLASHC_F64;
     p.offset = a->Sk - a->Sq;
+    return p;
+}
+/* The score part of sequence s (ALiBi offset = its Sk − Sq). */
+static inline FC_HOST_DEVICE fc_score_params fc_seq_score(const fc_attn *a, const fc_seq *s) {
+    fc_score_params p = fc_attn_score(a);
+    p.offset = s->Sk - s->Sq;
     return p;
 }
 /* The sink logit of head h (0 when there is none). */
@@ -123,6 +237,8 @@ static inline int64_t fc_wsum_row_offset(const fc_wsum *p, const int64_t *ostr, 
 }
 
 /* --------------------------------------------------------- CPU backend */
+/* Dense and ragged problems alike (ragged: one dense B = 1 call per sequence,
+ * src/cpu/attn_ragged.c). */
 flashc_status fc_cpu_attn_fwd(const fc_attn *a);
 flashc_status fc_cpu_attn_bwd(const fc_attn *a);
 flashc_status fc_cpu_weighted_sum(const fc_wsum *p);
@@ -158,7 +274,7 @@ uint16_t fc_f32_to_f16(float f);
  * The core refuses a table whose api_version differs from its own. On a
  * non-OK status, module->last_error() holds the module's thread-local
  * message, which the core copies into its own. */
-#define FC_CUDA_MODULE_API_VERSION 3
+#define FC_CUDA_MODULE_API_VERSION 4 /* 4: fc_attn's ragged-batch fields */
 #define FC_CUDA_MODULE_INIT_SYMBOL "flashc_cuda_module_init"
 
 typedef struct fc_cuda_module {

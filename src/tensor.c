@@ -40,7 +40,7 @@ static int self_overlap_axis(const flashc_tensor *t) {
 flashc_status fc_check_tensor(const flashc_tensor *t, const char *name, int ndim, int is_output) {
     FC_RETURN_IF(!t, FLASHC_ERR_NULL_POINTER, "%s: tensor descriptor is NULL", name);
     const size_t isz = flashc_dtype_size(t->dtype);
-    FC_RETURN_IF(isz == 0, FLASHC_ERR_DTYPE, "%s.dtype=%d is not a flashc_dtype (0=F32, 1=F16, 2=BF16, 3=F64)",
+    FC_RETURN_IF(isz == 0, FLASHC_ERR_DTYPE, "%s.dtype=%d is not a flashc_dtype (0=F32, 1=F16, 2=BF16, 3=F64, 4=I32)",
                  name, (int)t->dtype);
     FC_RETURN_IF(t->ndim < 0 || t->ndim > FLASHC_MAX_DIMS, FLASHC_ERR_SHAPE,
                  "%s.ndim=%d is outside 0..%d", name, (int)t->ndim, FLASHC_MAX_DIMS);
@@ -84,6 +84,22 @@ flashc_status fc_check_tensor(const flashc_tensor *t, const char *name, int ndim
                      name, ax, (long long)t->strides[ax]);
     }
     FC_RETURN_IF(!t->data, FLASHC_ERR_NULL_POINTER, "%s.data is NULL", name);
+    return FLASHC_OK;
+}
+
+flashc_status fc_check_float_tensor(const flashc_tensor *t, const char *name, int ndim, int is_output,
+                                    const char *op) {
+    FC_TRY(fc_check_tensor(t, name, ndim, is_output));
+    FC_RETURN_IF(t->dtype == FLASHC_I32, FLASHC_ERR_DTYPE,
+                 "%s.dtype=I32: %s takes F32, F16, BF16 or F64 tensors (I32, int32, is for index tensors only)",
+                 name, op);
+    return FLASHC_OK;
+}
+
+flashc_status fc_check_index_tensor(const flashc_tensor *t, const char *name, int ndim) {
+    FC_TRY(fc_check_tensor(t, name, ndim, 0));
+    FC_RETURN_IF(t->dtype != FLASHC_I32, FLASHC_ERR_DTYPE, "%s.dtype=%s, expected I32 (int32): an index tensor", name,
+                 fc_dtype_name(t->dtype));
     return FLASHC_OK;
 }
 

@@ -27,7 +27,7 @@ static flashc_status expect_outer(const flashc_tensor *row, const char *name, co
 
 static flashc_status describe_x_w(const flashc_tensor *x, const flashc_tensor *w, fc_wsum *p) {
     memset(p, 0, sizeof *p);
-    FC_TRY(fc_check_tensor(x, "x", -1, 0));
+    FC_TRY(fc_check_float_tensor(x, "x", -1, 0, "weighted_sum"));
     FC_RETURN_IF(x->ndim < 1, FLASHC_ERR_SHAPE, "x.ndim=0: x must have a last axis [..., D]");
     FC_TRY(fc_check_tensor(w, "w", 1, 0));
     FC_RETURN_IF(w->dtype != x->dtype, FLASHC_ERR_DTYPE, "w.dtype=%s must equal x.dtype=%s", fc_dtype_name(w->dtype),
@@ -100,8 +100,9 @@ FLASHC_API flashc_status flashc_weighted_sum(const flashc_tensor *x, const flash
     copy_outer_strides(p.y_ostr, y, p.nouter);
     p.stream = ep.stream;
     const void *ptrs[] = {p.x, p.w, p.y};
+    static const char *const names[] = {"x", "w", "y"};
     int backend;
-    FC_TRY(fc_resolve_backend(ep.backend, ptrs, 3, &backend));
+    FC_TRY(fc_resolve_backend(ep.backend, ptrs, names, 3, &backend));
     return run(backend, 0, &p);
 }
 
@@ -140,7 +141,8 @@ FLASHC_API flashc_status flashc_weighted_sum_bwd(const flashc_tensor *dy, const 
     }
     p.stream = ep.stream;
     const void *ptrs[] = {p.x, p.w, p.dy, p.dx, p.dw};
+    static const char *const names[] = {"x", "w", "dy", "dx", "dw"};
     int backend;
-    FC_TRY(fc_resolve_backend(ep.backend, ptrs, 5, &backend));
+    FC_TRY(fc_resolve_backend(ep.backend, ptrs, names, 5, &backend));
     return run(backend, 1, &p);
 }

@@ -328,3 +328,94 @@ def assert_close(ours, ref, naive, dtype_name_, what="result", factor=3.0):
     assert err <= tol, ("%s: max |err| = %.3g exceeds %.3g (naive %s error %.3g)"
                         % (what, err, tol, dtype_name_, max_abs_err(naive, ref)))
     return err, tol
+
+
+# ------------------------------------------------ ragged batches, KV caches
+# flashc.h: "each sequence is attended exactly as a dense call with B = 1 and
+# its own lengths would be". The references below are exactly that: the dense
+# references above, run sequence by sequence.
+
+
+def seq_slopes(alibi_slopes, b):
+    """Sequence b's ALiBi slopes as a dense B = 1 call takes them ([Hq] as
+    they are, row b of [B, Hq])."""
+    if alibi_slopes is None:
+        return None
+    s = np.asarray(alibi_slopes)
+    return s if s.ndim == 1 else s[b:b + 1]
+
+
+def _dense(q, k, v, naive, **kw):
+    return attention_naive(q, k, v, naive, **kw) if naive else attention_reference(q, k, v, **kw)
+
+
+def varlen_reference(q, k, v, cu_q, cu_k, *, alibi_slopes=None, naive=None, **kw):
+    """(o [Tq, Hq, D], lse [Hq, Tq]) of a packed batch in float64: sequence b
+    is the dense B = 1 problem q[cu_q[b]:cu_q[b+1]] against k, v[cu_k[b]:cu_k[b+1]]
+    (attention_naive in dtype `naive` when given, else attention_reference).
+    Rows outside every sequence are NaN (the library does not write them)."""
+    Tq, Hq, D = q.shape
+    o = np.full((Tq, Hq, D), np.nan)
+    lse = np.full((Hq, Tq), np.nan)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 > q0:
+            ob, lb = _dense(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], naive,
+                            alibi_slopes=seq_slopes(alibi_slopes, b), **kw)
+            o[q0:q1] = ob[0]
+            lse[:, q0:q1] = lb[0]
+    return o, lse
+
+
+def varlen_backward_reference(do, q, k, v, cu_q, cu_k, *, alibi_slopes=None, sinks=None,
+                              o=None, lse=None, naive=None, **kw):
+    """(dq, dk, dv, dsinks or None) of a packed batch, sequence by sequence:
+    attention_backward_reference (float64), or with naive=dtype name
+    attention_backward_naive from the given o [Tq, Hq, D] and lse [Hq, Tq].
+    dsinks is summed over the sequences; rows outside every sequence are 0."""
+    dq, dk, dv = (np.zeros(a.shape) for a in (q, k, v))
+    ds = None if sinks is None else np.zeros(np.shape(sinks))
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        args = (do[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1])
+        kwb = dict(kw, sinks=sinks, alibi_slopes=seq_slopes(alibi_slopes, b))
+        if naive:
+            g = attention_backward_naive(*args, o[None, q0:q1], lse[None, :, q0:q1], naive, **kwb)
+        else:
+            g = attention_backward_reference(*args, **kwb)
+        dq[q0:q1], dk[k0:k1], dv[k0:k1] = g[0][0], g[1][0], g[2][0]
+        if ds is not None:
+            ds += g[3]
+    return dq, dk, dv, ds
+
+
+def kvcache_keys(cache, b, n, cache_batch_idx=None, block_table=None):
+    """Positions 0 .. n-1 of sequence b in a KV cache [Bc, Sc, Hkv, D] (row
+    cache_batch_idx[b], else b) or in pages [P, page_size, Hkv, D] through
+    block_table: [n, Hkv, D]."""
+    if block_table is not None:
+        t = np.arange(n)
+        return cache[np.asarray(block_table)[b, t // cache.shape[1]], t % cache.shape[1]]
+    return cache[b if cache_batch_idx is None else int(cache_batch_idx[b]), :n]
+
+
+def kvcache_reference(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new=None, *,
+                      cache_batch_idx=None, block_table=None, alibi_slopes=None, naive=None,
+                      **kw):
+    """(o [B, Sn, Hq, D], lse [B, Hq, Sn]): sequence b is the dense B = 1
+    problem of q[b] against its cache positions 0 .. cache_seqlens[b] - 1
+    (the caches as they were BEFORE the call) followed by k_new[b], v_new[b]."""
+    B, Sn, Hq, D = q.shape
+    o = np.zeros((B, Sn, Hq, D))
+    lse = np.zeros((B, Hq, Sn))
+    for b in range(B):
+        n = int(cache_seqlens[b])
+        kb = kvcache_keys(k_cache, b, n, cache_batch_idx, block_table)
+        vb = kvcache_keys(v_cache, b, n, cache_batch_idx, block_table)
+        if k_new is not None:
+            kb = np.concatenate([kb, k_new[b]])
+            vb = np.concatenate([vb, v_new[b]])
+        ob, lb = _dense(q[b:b + 1], kb[None], vb[None], naive,
+                        alibi_slopes=seq_slopes(alibi_slopes, b), **kw)
+        o[b], lse[b] = ob[0], lb[0]
+    return o, lse

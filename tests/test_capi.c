@@ -943,6 +943,552 @@ static void check_cuda_reason(void) {
           "reason '%s'", why);
 }
 
+/* ------------------------------------------- issue 9: ragged batches, KV cache */
+/* Every ragged sequence is attended exactly as the dense B = 1 call with its
+ * own lengths: on the CPU the same kernel runs, so the results must be equal
+ * bit for bit to per-sequence dense calls (forward and backward), on every
+ * ISA, whether the sequences run one after another or in parallel. */
+
+/* F32, F64 and BF16 (rounded toward zero: the tests compare bits, not values). */
+static void rset(int dt, void *p, int64_t i, double x) {
+    if (dt == FLASHC_F64) ((double *)p)[i] = x;
+    else if (dt == FLASHC_F32) ((float *)p)[i] = (float)x;
+    else {
+        const float f = (float)x;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+    }
+}
+static double rget(int dt, const void *p, int64_t i) {
+    if (dt == FLASHC_F64) return ((const double *)p)[i];
+    if (dt == FLASHC_F32) return (double)((const float *)p)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return (double)f;
+}
+/* n reals of dt in a heap buffer of exactly that size: uniform in [-amp, amp], or `amp` itself when fill = 0. */
+static void *rbuf(int dt, int64_t n, double amp, int fill) {
+    void *p = malloc(n > 0 ? (size_t)n * flashc_dtype_size(dt) : 1);
+    for (int64_t i = 0; i < n; ++i) rset(dt, p, i, fill ? amp * frand() : amp);
+    return p;
+}
+static int same_reals(int dt, const void *a, const void *b, int64_t n) {
+    return n == 0 || memcmp(a, b, (size_t)n * flashc_dtype_size(dt)) == 0;
+}
+/* n reals all equal to x (bit for bit for 0, or NaN for NaN). */
+static int all_equal(int dt, const void *p, int64_t n, double x) {
+    for (int64_t i = 0; i < n; ++i) {
+        const double y = rget(dt, p, i);
+        if (isnan(x) ? !isnan(y) : (y != x || signbit(y) != signbit(x))) return 0;
+    }
+    return 1;
+}
+static flashc_tensor i32_1d(int32_t *p, int64_t n) {
+    const int64_t sh[1] = {n};
+    return t_nd(p, FLASHC_I32, 1, sh);
+}
+
+/* The options a ragged test applies (to the ragged call and to each dense one). */
+typedef struct rag_opts {
+    int causal, sinks, alibi;
+    int64_t wl, wr, nsink;
+    double softcap;
+} rag_opts;
+
+static const rag_opts RAG_OPTS[] = {
+    {0, 0, 0, -1, -1, 0, 0.0},
+    {1, 1, 1, 6, -1, 2, 0.0},  /* causal, window, sink tokens, sink logits, [B, Hq] ALiBi */
+    {0, 1, 0, 3, 2, 0, 1.5},   /* two-sided window, softcap */
+};
+
+static void rag_params(flashc_attn_params *p, const rag_opts *op) {
+    *p = flashc_attn_params_default();
+    p->backend = FLASHC_BACKEND_CPU;
+    p->causal = op->causal;
+    p->window_left = op->wl;
+    p->window_right = op->wr;
+    p->num_sink_tokens = op->nsink;
+    p->softcap = op->softcap;
+}
+
+/* Varlen: sequences with query/key lengths lq/lk packed after pre rows and
+ * before post rows (rows outside every sequence), forward and backward,
+ * against per-sequence dense calls. */
+static void check_varlen_case(int dt, int nseq, const int32_t *lq, const int32_t *lk, int64_t pre, int64_t post,
+                              int64_t Hq, int64_t Hkv, int64_t D, const rag_opts *op, const char *what) {
+    const double SENT = 4096.0; /* rows the forward must not write (exact in every dtype) */
+    int32_t *cuq = malloc((size_t)(nseq + 1) * 4), *cuk = malloc((size_t)(nseq + 1) * 4);
+    cuq[0] = (int32_t)pre, cuk[0] = (int32_t)(pre + 1);
+    for (int b = 0; b < nseq; ++b) cuq[b + 1] = cuq[b] + lq[b], cuk[b + 1] = cuk[b] + lk[b];
+    const int64_t Tq = cuq[nseq] + post, Tk = cuk[nseq] + post + 2, QR = Hq * D, KR = Hkv * D;
+    const int ldt = dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    void *q = rbuf(dt, Tq * QR, 1.0, 1), *k = rbuf(dt, Tk * KR, 1.0, 1), *v = rbuf(dt, Tk * KR, 1.0, 1);
+    void *dout = rbuf(dt, Tq * QR, 1.0, 1), *o = rbuf(dt, Tq * QR, SENT, 0), *lse = rbuf(ldt, Hq * Tq, SENT, 0);
+    void *dq = rbuf(dt, Tq * QR, NAN, 0), *dk = rbuf(dt, Tk * KR, NAN, 0), *dv = rbuf(dt, Tk * KR, NAN, 0);
+    void *sinks = rbuf(ldt, Hq, 1.0, 1), *ds = rbuf(ldt, Hq, NAN, 0), *slopes = rbuf(ldt, nseq * Hq, 0.0, 0);
+    for (int64_t i = 0; i < nseq * Hq; ++i) rset(ldt, slopes, i, 0.05 + 0.4 * fabs(frand()));
+    const int64_t qs[3] = {Tq, Hq, D}, ks[3] = {Tk, Hkv, D}, ls[2] = {Hq, Tq}, hs[1] = {Hq}, as[2] = {nseq, Hq};
+    flashc_tensor tq = t_nd(q, dt, 3, qs), tk = t_nd(k, dt, 3, ks), tv = t_nd(v, dt, 3, ks), to = t_nd(o, dt, 3, qs);
+    flashc_tensor tdo = t_nd(dout, dt, 3, qs), tdq = t_nd(dq, dt, 3, qs), tdk = t_nd(dk, dt, 3, ks);
+    flashc_tensor tdv = t_nd(dv, dt, 3, ks), tl = t_nd(lse, ldt, 2, ls);
+    flashc_tensor tsk = t_nd(sinks, ldt, 1, hs), tds = t_nd(ds, ldt, 1, hs), tal = t_nd(slopes, ldt, 2, as);
+    flashc_tensor tcq = i32_1d(cuq, nseq + 1), tck = i32_1d(cuk, nseq + 1);
+    flashc_varlen sv = flashc_varlen_default();
+    sv.cu_seqlens_q = &tcq;
+    sv.cu_seqlens_k = &tck;
+    flashc_attn_params p;
+    rag_params(&p, op);
+    if (op->sinks) p.sinks = &tsk, p.dsinks = &tds;
+    if (op->alibi) p.alibi_slopes = &tal;
+    flashc_status s = flashc_attn_varlen_fwd(&tq, &tk, &tv, &sv, &to, &tl, &p);
+    CHECK(s == FLASHC_OK, "%s: varlen fwd: %s %s", what, flashc_status_string(s), flashc_last_error());
+    s = flashc_attn_varlen_bwd(&tdo, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdk, &tdv, &p);
+    CHECK(s == FLASHC_OK, "%s: varlen bwd: %s %s", what, flashc_status_string(s), flashc_last_error());
+
+    int ok_o = 1, ok_l = 1, ok_g = 1;
+    double dsum[64] = {0};
+    for (int b = 0; b < nseq; ++b) {
+        const int64_t Sq = lq[b], Sk = lk[b];
+        flashc_tensor bq = t4((char *)q + cuq[b] * QR * (int64_t)flashc_dtype_size(dt), dt, 1, Sq, Hq, D);
+        flashc_tensor bdo = t4((char *)dout + cuq[b] * QR * (int64_t)flashc_dtype_size(dt), dt, 1, Sq, Hq, D);
+        flashc_tensor bk = t4((char *)k + cuk[b] * KR * (int64_t)flashc_dtype_size(dt), dt, 1, Sk, Hkv, D);
+        flashc_tensor bv = t4((char *)v + cuk[b] * KR * (int64_t)flashc_dtype_size(dt), dt, 1, Sk, Hkv, D);
+        flashc_tensor bo = t4(rbuf(dt, Sq * QR, NAN, 0), dt, 1, Sq, Hq, D);
+        flashc_tensor bdq = t4(rbuf(dt, Sq * QR, NAN, 0), dt, 1, Sq, Hq, D);
+        flashc_tensor bdk = t4(rbuf(dt, Sk * KR, NAN, 0), dt, 1, Sk, Hkv, D);
+        flashc_tensor bdv = t4(rbuf(dt, Sk * KR, NAN, 0), dt, 1, Sk, Hkv, D);
+        const int64_t bls[3] = {1, Hq, Sq}, bas[2] = {1, Hq};
+        flashc_tensor bl = t_nd(rbuf(ldt, Hq * Sq, NAN, 0), ldt, 3, bls);
+        flashc_tensor bds = t_nd(rbuf(ldt, Hq, NAN, 0), ldt, 1, hs);
+        flashc_tensor bal = t_nd((char *)slopes + b * Hq * (int64_t)flashc_dtype_size(ldt), ldt, 2, bas);
+        flashc_attn_params pb;
+        rag_params(&pb, op);
+        if (op->sinks) pb.sinks = &tsk, pb.dsinks = &bds;
+        if (op->alibi) pb.alibi_slopes = &bal;
+        s = flashc_attn_fwd(&bq, &bk, &bv, &bo, &bl, &pb);
+        CHECK(s == FLASHC_OK, "%s: dense fwd of sequence %d: %s", what, b, flashc_last_error());
+        s = flashc_attn_bwd(&bdo, &bq, &bk, &bv, &bo, &bl, &bdq, &bdk, &bdv, NULL, &pb);
+        CHECK(s == FLASHC_OK, "%s: dense bwd of sequence %d: %s", what, b, flashc_last_error());
+        ok_o &= same_reals(dt, (char *)o + cuq[b] * QR * (int64_t)flashc_dtype_size(dt), bo.data, Sq * QR);
+        for (int64_t h = 0; h < Hq; ++h)
+            ok_l &= same_reals(ldt, (char *)lse + (h * Tq + cuq[b]) * (int64_t)flashc_dtype_size(ldt),
+                               (char *)bl.data + h * Sq * (int64_t)flashc_dtype_size(ldt), Sq);
+        ok_g &= same_reals(dt, (char *)dq + cuq[b] * QR * (int64_t)flashc_dtype_size(dt), bdq.data, Sq * QR);
+        ok_g &= same_reals(dt, (char *)dk + cuk[b] * KR * (int64_t)flashc_dtype_size(dt), bdk.data, Sk * KR);
+        ok_g &= same_reals(dt, (char *)dv + cuk[b] * KR * (int64_t)flashc_dtype_size(dt), bdv.data, Sk * KR);
+        if (op->sinks)
+            for (int64_t h = 0; h < Hq; ++h) dsum[h] += rget(ldt, bds.data, h);
+        free(bo.data), free(bdq.data), free(bdk.data), free(bdv.data), free(bl.data), free(bds.data);
+    }
+    CHECK(ok_o && ok_l, "%s: varlen forward differs from the per-sequence dense calls (o %d, lse %d)", what, ok_o, ok_l);
+    CHECK(ok_g, "%s: varlen backward differs from the per-sequence dense calls", what);
+    /* rows outside every sequence: o, lse untouched; dq, dk, dv zero */
+    int out_ok = all_equal(dt, o, cuq[0] * QR, SENT) && all_equal(dt, (char *)o + cuq[nseq] * QR * (int64_t)flashc_dtype_size(dt), (Tq - cuq[nseq]) * QR, SENT);
+    for (int64_t h = 0; h < Hq; ++h)
+        out_ok &= all_equal(ldt, (char *)lse + h * Tq * (int64_t)flashc_dtype_size(ldt), cuq[0], SENT) &&
+                  all_equal(ldt, (char *)lse + (h * Tq + cuq[nseq]) * (int64_t)flashc_dtype_size(ldt), Tq - cuq[nseq], SENT);
+    CHECK(out_ok, "%s: the forward wrote rows outside every sequence", what);
+    const size_t e = flashc_dtype_size(dt);
+    int zero_ok = all_equal(dt, dq, cuq[0] * QR, 0.0) && all_equal(dt, (char *)dq + cuq[nseq] * QR * e, (Tq - cuq[nseq]) * QR, 0.0) &&
+                  all_equal(dt, dk, cuk[0] * KR, 0.0) && all_equal(dt, (char *)dk + cuk[nseq] * KR * e, (Tk - cuk[nseq]) * KR, 0.0) &&
+                  all_equal(dt, dv, cuk[0] * KR, 0.0) && all_equal(dt, (char *)dv + cuk[nseq] * KR * e, (Tk - cuk[nseq]) * KR, 0.0);
+    CHECK(zero_ok, "%s: dq/dk/dv rows outside every sequence must be 0", what);
+    if (op->sinks) {
+        int ds_ok = 1;
+        for (int64_t h = 0; h < Hq; ++h) ds_ok &= rget(ldt, ds, h) == (ldt == FLASHC_F64 ? dsum[h] : (double)(float)dsum[h]);
+        CHECK(ds_ok, "%s: d(sink logits) must be the per-sequence gradients summed in sequence order", what);
+    }
+    void *bufs[] = {q, k, v, dout, o, lse, dq, dk, dv, sinks, ds, slopes, cuq, cuk};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; ++i) free(bufs[i]);
+}
+
+static void check_varlen_values(void) {
+    /* lengths: empty sequences, Sq > Sk, Sq < Sk, decode-sized, one dominant sequence (sequences run one after
+     * another) and many similar ones (in parallel when there are threads) */
+    static const int32_t lq1[] = {3, 0, 17, 1, 0}, lk1[] = {5, 4, 13, 9, 0};
+    static const int32_t lq2[] = {70, 2, 1}, lk2[] = {90, 3, 0};
+    int32_t lq3[40], lk3[40];
+    for (int b = 0; b < 40; ++b) lq3[b] = (int32_t)(b * 7 % 6), lk3[b] = (int32_t)(1 + b * 5 % 9);
+    for (int is = 0; is < 3; ++is) {
+        setenv("FLASHC_CPU_ISA", ISAS[is], 1);
+        for (int dtc = 0; dtc < (is == 2 ? 3 : 2); ++dtc) { /* BF16 (a slow scalar path) on the best ISA only */
+            const int dt = dtc == 2 ? FLASHC_BF16 : dtc ? FLASHC_F64 : FLASHC_F32;
+            for (size_t o = 0; o < sizeof RAG_OPTS / sizeof *RAG_OPTS; ++o) {
+                char what[128];
+                snprintf(what, sizeof what, "varlen %s dtype %d opts %zu set 1", ISAS[is], dt, o);
+                check_varlen_case(dt, 5, lq1, lk1, 2, 3, 4, 2, 8, &RAG_OPTS[o], what);
+                snprintf(what, sizeof what, "varlen %s dtype %d opts %zu set 2", ISAS[is], dt, o);
+                check_varlen_case(dt, 3, lq2, lk2, 0, 0, 2, 1, 5, &RAG_OPTS[o], what);
+                snprintf(what, sizeof what, "varlen %s dtype %d opts %zu set 3", ISAS[is], dt, o);
+                check_varlen_case(dt, 40, lq3, lk3, 1, 1, 4, 4, 16, &RAG_OPTS[o], what);
+            }
+        }
+    }
+    unsetenv("FLASHC_CPU_ISA");
+}
+
+/* KV cache: B sequences with lens[b] cached tokens, Sk_new appended, Sn
+ * queries; a contiguous cache [Bc, Sc, Hkv, D] (rows permuted through
+ * cache_batch_idx when idx) or pages of ps rows (ps > 0; shuffled ids when
+ * shuffle, else consecutive). Every cache slot a sequence does not use holds
+ * NaN. Against the dense call on each sequence's keys (cached, then
+ * appended), and the cache afterwards against the expected one. */
+static void check_kvcache_case(int dt, int64_t B, const int32_t *lens, int64_t Sn, int64_t Sk_new, int64_t ps,
+                               int idx, int shuffle, const rag_opts *op, const char *what) {
+    enum { SC = 24, HQ = 4, HKV = 2, D = 8 };
+    const int64_t KR = HKV * D, QR = HQ * D;
+    const int ldt = dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    const size_t e = flashc_dtype_size(dt), le = flashc_dtype_size(ldt);
+    const int64_t max_pages = ps ? (SC + ps - 1) / ps + 1 : 0, P = ps ? B * max_pages + 3 : 0;
+    const int64_t Bc = ps ? P : (idx ? B + 1 : B), rows = ps ? ps : SC;
+    int32_t seqlens[8], bidx[8], *bt = malloc((size_t)(B * (max_pages ? max_pages : 1)) * 4);
+    for (int64_t b = 0; b < B; ++b) seqlens[b] = lens[b], bidx[b] = (int32_t)((b + 2) % (B + 1));
+    /* page ids: a permutation of [0, P) (shuffled) or b·max_pages + p */
+    int32_t *perm = malloc((size_t)(P ? P : 1) * 4);
+    for (int64_t i = 0; i < P; ++i) perm[i] = (int32_t)i;
+    for (int64_t i = P - 1; shuffle && i > 0; --i) {
+        const int64_t j = rand() % (i + 1);
+        const int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t p = 0; p < max_pages; ++p) bt[b * max_pages + p] = perm[b * max_pages + p];
+    /* element offset of (sequence b, position t, head 0, dim 0) in the cache */
+#define SLOT(b, t) (ps ? ((int64_t)bt[(b) * max_pages + (t) / ps] * ps + (t) % ps) * KR \
+                       : (((idx ? bidx[b] : (b)) * SC + (t)) * KR))
+    void *kc = rbuf(dt, Bc * rows * KR, NAN, 0), *vc = rbuf(dt, Bc * rows * KR, NAN, 0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < lens[b]; ++t)
+            for (int64_t x = 0; x < KR; ++x) rset(dt, kc, SLOT(b, t) + x, frand()), rset(dt, vc, SLOT(b, t) + x, frand());
+    void *kn = rbuf(dt, B * Sk_new * KR, 1.0, 1), *vn = rbuf(dt, B * Sk_new * KR, 1.0, 1);
+    /* the expected cache: the appended rows in place */
+    void *kx = malloc((size_t)(Bc * rows * KR) * e), *vx = malloc((size_t)(Bc * rows * KR) * e);
+    memcpy(kx, kc, (size_t)(Bc * rows * KR) * e), memcpy(vx, vc, (size_t)(Bc * rows * KR) * e);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < Sk_new; ++t) {
+            memcpy((char *)kx + SLOT(b, lens[b] + t) * e, (char *)kn + (b * Sk_new + t) * KR * e, (size_t)KR * e);
+            memcpy((char *)vx + SLOT(b, lens[b] + t) * e, (char *)vn + (b * Sk_new + t) * KR * e, (size_t)KR * e);
+        }
+    void *q = rbuf(dt, B * Sn * QR, 1.0, 1), *o = rbuf(dt, B * Sn * QR, NAN, 0), *lse = rbuf(ldt, B * HQ * Sn, NAN, 0);
+    void *sinks = rbuf(ldt, HQ, 1.0, 1), *slopes = rbuf(ldt, B * HQ, 0.3, 0);
+    flashc_tensor tq = t4(q, dt, B, Sn, HQ, D), to = t4(o, dt, B, Sn, HQ, D);
+    flashc_tensor tkc = t4(kc, dt, Bc, rows, HKV, D), tvc = t4(vc, dt, Bc, rows, HKV, D);
+    flashc_tensor tkn = t4(kn, dt, B, Sk_new, HKV, D), tvn = t4(vn, dt, B, Sk_new, HKV, D);
+    const int64_t ls[3] = {B, HQ, Sn}, hs[1] = {HQ}, as[2] = {B, HQ}, bts[2] = {B, max_pages};
+    flashc_tensor tl = t_nd(lse, ldt, 3, ls), tsk = t_nd(sinks, ldt, 1, hs), tal = t_nd(slopes, ldt, 2, as);
+    flashc_tensor tsl = i32_1d(seqlens, B), tbi = i32_1d(bidx, B), tbt = t_nd(bt, FLASHC_I32, 2, bts);
+    flashc_kvcache c = flashc_kvcache_default();
+    c.k_cache = &tkc, c.v_cache = &tvc, c.cache_seqlens = &tsl;
+    if (Sk_new > 0 || Sn % 2) c.k_new = &tkn, c.v_new = &tvn; /* Sk_new = 0: NULL, or empty k_new / v_new */
+    if (idx) c.cache_batch_idx = &tbi;
+    if (ps) c.block_table = &tbt;
+    flashc_attn_params p;
+    rag_params(&p, op);
+    if (op->sinks) p.sinks = &tsk;
+    if (op->alibi) p.alibi_slopes = &tal;
+    flashc_status s = flashc_attn_kvcache_fwd(&tq, &c, &to, &tl, &p);
+    CHECK(s == FLASHC_OK, "%s: kvcache fwd: %s %s", what, flashc_status_string(s), flashc_last_error());
+    /* (the NaN slots compare by their bits) */
+    CHECK(memcmp(kc, kx, (size_t)(Bc * rows * KR) * e) == 0 && memcmp(vc, vx, (size_t)(Bc * rows * KR) * e) == 0,
+          "%s: the cache after the append differs from the expected one", what);
+    int ok = 1;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t Sk = lens[b] + Sk_new;
+        void *keys = rbuf(dt, Sk * KR, 0.0, 0), *vals = rbuf(dt, Sk * KR, 0.0, 0);
+        for (int64_t t = 0; t < Sk; ++t) {
+            memcpy((char *)keys + t * KR * e, (char *)kx + SLOT(b, t) * e, (size_t)KR * e);
+            memcpy((char *)vals + t * KR * e, (char *)vx + SLOT(b, t) * e, (size_t)KR * e);
+        }
+        flashc_tensor bq = t4((char *)q + b * Sn * QR * e, dt, 1, Sn, HQ, D), bk = t4(keys, dt, 1, Sk, HKV, D);
+        flashc_tensor bv = t4(vals, dt, 1, Sk, HKV, D), bo = t4(rbuf(dt, Sn * QR, NAN, 0), dt, 1, Sn, HQ, D);
+        const int64_t bls[3] = {1, HQ, Sn}, bas[2] = {1, HQ};
+        flashc_tensor bl = t_nd(rbuf(ldt, HQ * Sn, NAN, 0), ldt, 3, bls);
+        flashc_tensor bal = t_nd((char *)slopes + b * HQ * le, ldt, 2, bas);
+        flashc_attn_params pb;
+        rag_params(&pb, op);
+        if (op->sinks) pb.sinks = &tsk;
+        if (op->alibi) pb.alibi_slopes = &bal;
+        s = flashc_attn_fwd(&bq, &bk, &bv, &bo, &bl, &pb);
+        CHECK(s == FLASHC_OK, "%s: dense fwd of sequence %lld: %s", what, (long long)b, flashc_last_error());
+        ok &= same_reals(dt, (char *)o + b * Sn * QR * e, bo.data, Sn * QR);
+        ok &= same_reals(ldt, (char *)lse + b * HQ * Sn * le, bl.data, HQ * Sn);
+        free(keys), free(vals), free(bo.data), free(bl.data);
+    }
+    CHECK(ok, "%s: the KV-cache forward differs from the dense call on each sequence's keys", what);
+#undef SLOT
+    void *bufs[] = {bt, perm, kc, vc, kn, vn, kx, vx, q, o, lse, sinks, slopes};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; ++i) free(bufs[i]);
+}
+
+static void check_kvcache_values(void) {
+    static const int32_t lens1[] = {5, 0, 19}, lens2[] = {9, 7, 8, 9};
+    static const int64_t pss[] = {0, 1, 3, 16};
+    for (int is = 0; is < 3; ++is) {
+        setenv("FLASHC_CPU_ISA", ISAS[is], 1);
+        for (int dtc = 0; dtc < (is == 2 ? 3 : 2); ++dtc) /* BF16 on the best ISA only */
+            for (size_t pi = 0; pi < sizeof pss / sizeof *pss; ++pi)
+                for (int var = 0; var < 2; ++var) /* non-paged: cache_batch_idx; paged: shuffled pages */
+                    for (int64_t Sn = 1; Sn <= 9; Sn += 3)
+                        for (int64_t Sk_new = 0; Sk_new <= 2; Sk_new += 2)
+                            for (size_t o = 0; o < 2; ++o) {
+                                const int dt = dtc == 2 ? FLASHC_BF16 : dtc ? FLASHC_F64 : FLASHC_F32;
+                                const int set = (int)(Sn + Sk_new) % 2;
+                                char what[160];
+                                snprintf(what, sizeof what, "kvcache %s dtype %d page_size %lld %s Sn %lld Sk_new %lld opts %zu",
+                                         ISAS[is], dt, (long long)pss[pi], var ? (pss[pi] ? "shuffled" : "idx") : "plain",
+                                         (long long)Sn, (long long)Sk_new, o);
+                                check_kvcache_case(dt, set ? 4 : 3, set ? lens2 : lens1, Sn, Sk_new, pss[pi],
+                                                   !pss[pi] && var, var, &RAG_OPTS[o], what);
+                            }
+    }
+    unsetenv("FLASHC_CPU_ISA");
+}
+
+/* Struct defaults, FLASHC_I32 refused on every float tensor, and every bad
+ * input of the ragged entry points with its status and a message naming it. */
+static void check_ragged_errors(void) {
+    flashc_varlen dv0 = flashc_varlen_default();
+    CHECK(dv0.struct_size == sizeof(flashc_varlen) && !dv0.cu_seqlens_q && !dv0.cu_seqlens_k && dv0.max_seqlen_q == 0 &&
+              dv0.max_seqlen_k == 0, "flashc_varlen_default");
+    flashc_kvcache kc0 = flashc_kvcache_default();
+    CHECK(kc0.struct_size == sizeof(flashc_kvcache) && !kc0.k_cache && !kc0.v_cache && !kc0.cache_seqlens &&
+              !kc0.k_new && !kc0.v_new && !kc0.cache_batch_idx && !kc0.block_table, "flashc_kvcache_default");
+    CHECK(flashc_dtype_size(FLASHC_I32) == 4, "flashc_dtype_size(FLASHC_I32)");
+
+    static float buf[1 << 14];
+    static int32_t ibuf[64];
+    /* dense: I32 on any float tensor */
+    {
+        flashc_tensor q = t4(buf, FLASHC_F32, 1, 4, 2, 8), o = t4(buf + 4096, FLASHC_F32, 1, 4, 2, 8), bad;
+        flashc_tensor lse = t_nd(buf + 8192, FLASHC_F32, 3, (const int64_t[]){1, 2, 4});
+        flashc_tensor h2 = t_nd(buf + 9000, FLASHC_F32, 1, (const int64_t[]){2});
+        bad = q, bad.dtype = FLASHC_I32;
+        EXPECT_ERR(flashc_attn_fwd(&bad, &bad, &bad, &o, NULL, NULL), FLASHC_ERR_DTYPE, "q.dtype=I32");
+        flashc_tensor o32 = o;
+        o32.dtype = FLASHC_I32;
+        EXPECT_ERR(flashc_attn_fwd(&bad, &bad, &bad, &o32, NULL, NULL), FLASHC_ERR_DTYPE, "q.dtype=I32");
+        EXPECT_ERR(flashc_attn_fwd(&q, &bad, &q, &o, NULL, NULL), FLASHC_ERR_DTYPE, "k.dtype=I32");
+        EXPECT_ERR(flashc_attn_fwd(&q, &q, &q, &o32, NULL, NULL), FLASHC_ERR_DTYPE, "o.dtype=I32");
+        bad = lse, bad.dtype = FLASHC_I32;
+        EXPECT_ERR(flashc_attn_fwd(&q, &q, &q, &o, &bad, NULL), FLASHC_ERR_DTYPE, "lse.dtype=I32");
+        flashc_attn_params p = flashc_attn_params_default();
+        bad = h2, bad.dtype = FLASHC_I32;
+        p.sinks = &bad;
+        EXPECT_ERR(flashc_attn_fwd(&q, &q, &q, &o, NULL, &p), FLASHC_ERR_DTYPE, "sinks.dtype=I32");
+        p = flashc_attn_params_default();
+        p.alibi_slopes = &bad;
+        EXPECT_ERR(flashc_attn_fwd(&q, &q, &q, &o, NULL, &p), FLASHC_ERR_DTYPE, "alibi_slopes.dtype=I32");
+        p = flashc_attn_params_default();
+        p.sinks = &h2;
+        p.dsinks = &bad;
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &q, &q, &q, &lse, &o, &o, &o, NULL, &p), FLASHC_ERR_DTYPE, "dsinks.dtype=I32");
+        bad = o, bad.dtype = FLASHC_I32;
+        EXPECT_ERR(flashc_attn_bwd(&q, &q, &q, &q, &q, &lse, &bad, &o, &o, NULL, NULL), FLASHC_ERR_DTYPE, "I32");
+        const int64_t xs[2] = {3, 4}, ws[1] = {4}, ys[1] = {3};
+        flashc_tensor x = t_nd(buf, FLASHC_I32, 2, xs), w = t_nd(buf, FLASHC_I32, 1, ws), y = t_nd(buf + 64, FLASHC_I32, 1, ys);
+        EXPECT_ERR(flashc_weighted_sum(&x, &w, &y, NULL), FLASHC_ERR_DTYPE, "x.dtype=I32");
+        EXPECT_ERR(flashc_weighted_sum_bwd(&y, &x, &w, &x, NULL, NULL), FLASHC_ERR_DTYPE, "x.dtype=I32");
+        x.dtype = 5;
+        EXPECT_ERR(flashc_weighted_sum(&x, &w, &y, NULL), FLASHC_ERR_DTYPE, "4=I32");
+    }
+
+    /* varlen: q [6, 4, 8], k, v [7, 2, 8], two sequences */
+    float *q = buf, *k = buf + 1024, *v = buf + 2048, *o = buf + 3072, *lse = buf + 4096;
+    float *dq = buf + 5120, *dk = buf + 6144, *dv = buf + 7168;
+    for (int i = 0; i < 8192; ++i) buf[i] = (float)frand();
+    int32_t *cuq = ibuf, *cuk = ibuf + 8;
+    cuq[0] = 0, cuq[1] = 2, cuq[2] = 6, cuk[0] = 0, cuk[1] = 3, cuk[2] = 7;
+    flashc_tensor tq = t_nd(q, FLASHC_F32, 3, (const int64_t[]){6, 4, 8}), tk = t_nd(k, FLASHC_F32, 3, (const int64_t[]){7, 2, 8});
+    flashc_tensor tv = t_nd(v, FLASHC_F32, 3, (const int64_t[]){7, 2, 8}), to = t_nd(o, FLASHC_F32, 3, (const int64_t[]){6, 4, 8});
+    flashc_tensor tl = t_nd(lse, FLASHC_F32, 2, (const int64_t[]){4, 6});
+    flashc_tensor tdq = t_nd(dq, FLASHC_F32, 3, (const int64_t[]){6, 4, 8}), tdk = t_nd(dk, FLASHC_F32, 3, (const int64_t[]){7, 2, 8});
+    flashc_tensor tdv = t_nd(dv, FLASHC_F32, 3, (const int64_t[]){7, 2, 8});
+    flashc_tensor tcq = i32_1d(cuq, 3), tck = i32_1d(cuk, 3), bad;
+    flashc_varlen sv = flashc_varlen_default(), sb;
+    sv.cu_seqlens_q = &tcq, sv.cu_seqlens_k = &tck;
+    flashc_attn_params p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    CHECK(flashc_attn_varlen_fwd(&tq, &tk, &tv, &sv, &to, &tl, &p) == FLASHC_OK, "valid varlen: %s", flashc_last_error());
+    CHECK(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdk, &tdv, &p) == FLASHC_OK,
+          "valid varlen bwd: %s", flashc_last_error());
+#define VFWD(seqs) flashc_attn_varlen_fwd(&tq, &tk, &tv, (seqs), &to, &tl, &p)
+    EXPECT_ERR(VFWD(NULL), FLASHC_ERR_NULL_POINTER, "seqs is NULL");
+    sb = sv, sb.struct_size = 8;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_PARAMS_SIZE, "seqs.struct_size=8");
+    sb = sv, sb.cu_seqlens_q = NULL;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_NULL_POINTER, "cu_seqlens_q");
+    bad = tck, bad.dtype = FLASHC_F32;
+    sb = sv, sb.cu_seqlens_k = &bad;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_DTYPE, "cu_seqlens_k.dtype=F32, expected I32");
+    bad = t_nd(cuq, FLASHC_I32, 2, (const int64_t[]){1, 3});
+    sb = sv, sb.cu_seqlens_q = &bad;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_SHAPE, "cu_seqlens_q.ndim=2");
+    bad = i32_1d(cuq, 1);
+    sb = sv, sb.cu_seqlens_q = &bad, sb.cu_seqlens_k = &bad;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_SHAPE, "cu_seqlens_q.shape[0]=1");
+    bad = i32_1d(cuk, 2);
+    sb = sv, sb.cu_seqlens_k = &bad;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_SHAPE, "cu_seqlens_k.shape[0]=2 must equal cu_seqlens_q.shape[0]=3");
+    sb = sv, sb.max_seqlen_k = -1;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_INVALID_ARGUMENT, "seqs.max_seqlen_k=-1");
+    sb = sv, sb.max_seqlen_q = 3;
+    EXPECT_ERR(VFWD(&sb), FLASHC_ERR_INVALID_ARGUMENT, "sequence 1 has 4 rows");
+    sb = sv, sb.max_seqlen_q = 4, sb.max_seqlen_k = 4;
+    CHECK(VFWD(&sb) == FLASHC_OK, "exact max_seqlen: %s", flashc_last_error());
+    cuq[1] = 5, cuq[2] = 4;
+    EXPECT_ERR(VFWD(&sv), FLASHC_ERR_INVALID_ARGUMENT, "cu_seqlens_q[2]=4 < cu_seqlens_q[1]=5: cu_seqlens must be non-decreasing");
+    cuq[1] = 2, cuq[2] = 6, cuk[0] = -1;
+    EXPECT_ERR(VFWD(&sv), FLASHC_ERR_INVALID_ARGUMENT, "cu_seqlens_k[0]=-1 is negative");
+    cuk[0] = 0, cuk[2] = 8;
+    EXPECT_ERR(VFWD(&sv), FLASHC_ERR_INVALID_ARGUMENT, "cu_seqlens_k[2]=8 exceeds k.shape[0]=7");
+    cuk[2] = 7;
+    bad = t_nd(q, FLASHC_F32, 4, (const int64_t[]){1, 6, 4, 8});
+    EXPECT_ERR(flashc_attn_varlen_fwd(&bad, &tk, &tv, &sv, &to, &tl, &p), FLASHC_ERR_SHAPE, "q.ndim=4, expected 3");
+    bad = tq, bad.dtype = FLASHC_I32;
+    EXPECT_ERR(flashc_attn_varlen_fwd(&bad, &tk, &tv, &sv, &to, &tl, &p), FLASHC_ERR_DTYPE, "q.dtype=I32");
+    bad = t_nd(k, FLASHC_F32, 3, (const int64_t[]){7, 3, 8});
+    EXPECT_ERR(flashc_attn_varlen_fwd(&tq, &bad, &bad, &sv, &to, &tl, &p), FLASHC_ERR_SHAPE,
+               "q.shape[1]=4 is not a multiple of k.shape[1]=3");
+    bad = t_nd(v, FLASHC_F32, 3, (const int64_t[]){6, 2, 8});
+    EXPECT_ERR(flashc_attn_varlen_fwd(&tq, &tk, &bad, &sv, &to, &tl, &p), FLASHC_ERR_SHAPE, "v.shape[0]=6 (T)");
+    bad = t_nd(lse, FLASHC_F32, 2, (const int64_t[]){4, 5});
+    EXPECT_ERR(flashc_attn_varlen_fwd(&tq, &tk, &tv, &sv, &to, &bad, &p), FLASHC_ERR_SHAPE, "lse.shape[1]=5 must equal Tq=6");
+    bad = t_nd(lse, FLASHC_F32, 3, (const int64_t[]){1, 4, 6});
+    EXPECT_ERR(flashc_attn_varlen_fwd(&tq, &tk, &tv, &sv, &to, &bad, &p), FLASHC_ERR_SHAPE, "lse.ndim=3, expected 2");
+    bad = to, bad.strides[0] = 8;
+    EXPECT_ERR(flashc_attn_varlen_fwd(&tq, &tk, &tv, &sv, &bad, &tl, &p), FLASHC_ERR_STRIDE, "o.strides");
+    {
+        float sl[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.1f, 0.2f, 0.3f, 0.4f}, sk[4] = {0}, dsk[4];
+        flashc_tensor ta = t_nd(sl, FLASHC_F32, 2, (const int64_t[]){2, 4});
+        p.alibi_slopes = &ta;
+        CHECK(VFWD(&sv) == FLASHC_OK, "[B, Hq] slopes with B = the sequences: %s", flashc_last_error());
+        ta = t_nd(sl, FLASHC_F32, 2, (const int64_t[]){1, 4});
+        EXPECT_ERR(VFWD(&sv), FLASHC_ERR_SHAPE, "alibi_slopes.shape[0]=1 must equal B=2");
+        p.alibi_slopes = NULL;
+        flashc_tensor tsk = t_nd(sk, FLASHC_F32, 1, (const int64_t[]){4}), tdsk = t_nd(dsk, FLASHC_F32, 1, (const int64_t[]){4});
+        p.sinks = &tsk;
+        EXPECT_ERR(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdk, &tdv, &p), FLASHC_ERR_NULL_POINTER,
+                   "params.dsinks is not");
+        p.dsinks = &tdsk;
+        CHECK(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdk, &tdv, &p) == FLASHC_OK,
+              "varlen bwd with sinks: %s", flashc_last_error());
+        p.sinks = p.dsinks = NULL;
+    }
+    EXPECT_ERR(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, NULL, &sv, &tdq, &tdk, &tdv, &p), FLASHC_ERR_NULL_POINTER, "lse is NULL");
+    EXPECT_ERR(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdq, &tdv, &p), FLASHC_ERR_SHAPE, "dk.shape[0]=6 (T)");
+    EXPECT_ERR(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, NULL, &tdq, &tdk, &tdv, &p), FLASHC_ERR_NULL_POINTER, "seqs");
+    cuk[1] = 9;
+    EXPECT_ERR(flashc_attn_varlen_bwd(&to, &tq, &tk, &tv, &to, &tl, &sv, &tdq, &tdk, &tdv, &p), FLASHC_ERR_INVALID_ARGUMENT,
+               "cu_seqlens_k[1]=9 exceeds k.shape[0]=7");
+    cuk[1] = 3;
+    p.struct_size = 12;
+    EXPECT_ERR(VFWD(&sv), FLASHC_ERR_PARAMS_SIZE, "params.struct_size=12");
+    p = flashc_attn_params_default();
+    p.backend = FLASHC_BACKEND_CPU;
+    p.window_left = -3;
+    EXPECT_ERR(VFWD(&sv), FLASHC_ERR_INVALID_ARGUMENT, "params.window_left=-3");
+    p.window_left = -1;
+#undef VFWD
+
+    /* KV cache: q [2, 1, 4, 8], cache [2, 6, 2, 8], lengths 3 and 5 */
+    float *kc = buf + 8192, *vc = buf + 9216, *kn = buf + 10240, *vn = buf + 10496;
+    int32_t *sl = ibuf + 16, *bi = ibuf + 24, *bt = ibuf + 32;
+    sl[0] = 3, sl[1] = 5, bi[0] = 1, bi[1] = 0;
+    flashc_tensor kq = t4(q, FLASHC_F32, 2, 1, 4, 8), ko = t4(o, FLASHC_F32, 2, 1, 4, 8);
+    flashc_tensor tkc = t4(kc, FLASHC_F32, 2, 6, 2, 8), tvc = t4(vc, FLASHC_F32, 2, 6, 2, 8);
+    flashc_tensor tkn = t4(kn, FLASHC_F32, 2, 1, 2, 8), tvn = t4(vn, FLASHC_F32, 2, 1, 2, 8);
+    flashc_tensor kl = t_nd(lse, FLASHC_F32, 3, (const int64_t[]){2, 4, 1}), tsl = i32_1d(sl, 2), tbi = i32_1d(bi, 2);
+    flashc_kvcache c = flashc_kvcache_default(), cb;
+    c.k_cache = &tkc, c.v_cache = &tvc, c.cache_seqlens = &tsl;
+#define KFWD(cc) flashc_attn_kvcache_fwd(&kq, (cc), &ko, &kl, &p)
+    CHECK(KFWD(&c) == FLASHC_OK, "valid kvcache: %s", flashc_last_error());
+    cb = c, cb.k_new = &tkn, cb.v_new = &tvn;
+    CHECK(KFWD(&cb) == FLASHC_OK, "valid kvcache with k_new: %s", flashc_last_error());
+    EXPECT_ERR(KFWD(NULL), FLASHC_ERR_NULL_POINTER, "cache is NULL");
+    cb = c, cb.struct_size = 4;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_PARAMS_SIZE, "cache.struct_size=4");
+    cb = c, cb.k_new = &tkn;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_NULL_POINTER, "cache.k_new is set but cache.v_new is NULL");
+    cb = c, cb.cache_seqlens = NULL;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_NULL_POINTER, "cache_seqlens");
+    cb = c, cb.k_cache = NULL;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_NULL_POINTER, "k_cache");
+    bad = tsl, bad.dtype = FLASHC_F32;
+    cb = c, cb.cache_seqlens = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_DTYPE, "cache_seqlens.dtype=F32, expected I32");
+    bad = i32_1d(sl, 3);
+    cb = c, cb.cache_seqlens = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_SHAPE, "cache_seqlens.shape[0]=3 must equal q.shape[0]=2");
+    sl[1] = -1;
+    EXPECT_ERR(KFWD(&c), FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[1]=-1 is negative");
+    sl[1] = 7;
+    EXPECT_ERR(KFWD(&c), FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[1]=7 + Sk_new=0 exceeds the cache length k_cache.shape[1]=6");
+    sl[1] = 6;
+    cb = c, cb.k_new = &tkn, cb.v_new = &tvn;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[1]=6 + Sk_new=1 exceeds");
+    sl[1] = 5;
+    bad = t4(kn, FLASHC_F32, 2, 1, 1, 8);
+    cb = c, cb.k_new = &bad, cb.v_new = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_SHAPE, "k_new.shape[2]=1 must equal Hkv=2");
+    bad = t4(kn, FLASHC_F32, 2, 7, 2, 8);
+    cb = c, cb.k_new = &bad, cb.v_new = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_SHAPE, "k_new.shape[1]=7 (Sk_new) exceeds the cache capacity 6");
+    bad = tkc, bad.strides[1] = 8; /* positions overlap the next position's head 0 */
+    cb = c, cb.k_cache = &bad, cb.v_cache = &bad, cb.k_new = &tkn, cb.v_new = &tvn;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_STRIDE, "k_cache.strides");
+    bad = tkc, bad.strides[0] = 0; /* a broadcast cache is fine as long as nothing is appended */
+    cb = c, cb.k_cache = &bad, cb.v_cache = &bad;
+    CHECK(KFWD(&cb) == FLASHC_OK, "broadcast cache, no append: %s", flashc_last_error());
+    cb.k_new = &tkn, cb.v_new = &tvn;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_STRIDE, "k_cache.strides[0]=0");
+    bad = tkc, bad.dtype = FLASHC_I32;
+    cb = c, cb.k_cache = &bad, cb.v_cache = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_DTYPE, "k_cache.dtype=I32");
+    bad = t4(kc, FLASHC_F32, 3, 6, 2, 8);
+    cb = c, cb.k_cache = &bad, cb.v_cache = &bad;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_SHAPE, "k_cache.shape[0]=3 must equal q.shape[0]=2 (B) without cache_batch_idx");
+    cb.cache_batch_idx = &tbi;
+    CHECK(KFWD(&cb) == FLASHC_OK, "cache_batch_idx: %s", flashc_last_error());
+    bi[1] = 3;
+    EXPECT_ERR(KFWD(&cb), FLASHC_ERR_INVALID_ARGUMENT, "cache_batch_idx[1]=3 is outside [0, 3)");
+    bi[1] = 0;
+    bad = kq, bad.dtype = FLASHC_I32;
+    EXPECT_ERR(flashc_attn_kvcache_fwd(&bad, &c, &ko, &kl, &p), FLASHC_ERR_DTYPE, "q.dtype=I32");
+    bad = t_nd(lse, FLASHC_F32, 3, (const int64_t[]){2, 4, 2});
+    EXPECT_ERR(flashc_attn_kvcache_fwd(&kq, &c, &ko, &bad, &p), FLASHC_ERR_SHAPE, "lse.shape[2]=2 must equal Sn=1");
+    /* paged: 4 pages of 3 rows, max_pages 2 */
+    flashc_tensor pk = t4(kc, FLASHC_F32, 4, 3, 2, 8), pv = t4(vc, FLASHC_F32, 4, 3, 2, 8);
+    flashc_tensor tbt = t_nd(bt, FLASHC_I32, 2, (const int64_t[]){2, 2});
+    bt[0] = 3, bt[1] = 99 /* never read: sequence 0 has 3 keys */, bt[2] = 0, bt[3] = 1;
+    flashc_kvcache pc = flashc_kvcache_default(), pb;
+    pc.k_cache = &pk, pc.v_cache = &pv, pc.cache_seqlens = &tsl, pc.block_table = &tbt;
+    CHECK(KFWD(&pc) == FLASHC_OK, "paged: %s", flashc_last_error());
+    bt[3] = 4;
+    EXPECT_ERR(KFWD(&pc), FLASHC_ERR_INVALID_ARGUMENT, "block_table[1, 1]=4 is outside [0, 4)");
+    bt[3] = -2;
+    EXPECT_ERR(KFWD(&pc), FLASHC_ERR_INVALID_ARGUMENT, "block_table[1, 1]=-2 is outside [0, 4)");
+    bt[3] = 1, bt[1] = 2; /* with k_new, sequence 0 has 4 keys: two pages */
+    pb = pc, pb.k_new = &tkn, pb.v_new = &tvn;
+    sl[1] = 6;
+    EXPECT_ERR(KFWD(&pb), FLASHC_ERR_INVALID_ARGUMENT, "the block table is too short");
+    sl[1] = 5;
+    CHECK(KFWD(&pb) == FLASHC_OK, "paged with k_new: %s", flashc_last_error());
+    pb = pc, pb.cache_batch_idx = &tbi;
+    EXPECT_ERR(KFWD(&pb), FLASHC_ERR_INVALID_ARGUMENT, "cache_batch_idx and cache.block_table are both set");
+    bad = t_nd(bt, FLASHC_I32, 2, (const int64_t[]){2, 0});
+    pb = pc, pb.block_table = &bad;
+    EXPECT_ERR(KFWD(&pb), FLASHC_ERR_SHAPE, "block_table.shape[1]=0");
+    bad = t_nd(bt, FLASHC_I32, 2, (const int64_t[]){1, 2});
+    pb = pc, pb.block_table = &bad;
+    EXPECT_ERR(KFWD(&pb), FLASHC_ERR_SHAPE, "block_table.shape[0]=1 must equal q.shape[0]=2");
+    bad = t_nd(bt, FLASHC_I32, 1, (const int64_t[]){4});
+    pb = pc, pb.block_table = &bad;
+    EXPECT_ERR(KFWD(&pb), FLASHC_ERR_SHAPE, "block_table.ndim=1");
+#undef KFWD
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--omp-child") == 0) return omp_child();
     srand(1234);
@@ -972,6 +1518,9 @@ int main(int argc, char **argv) {
     check_empty_and_extreme_strides();
     check_empty_backward_fast();
     check_output_overlap();
+    check_ragged_errors();
+    check_varlen_values();
+    check_kvcache_values();
     check_knob_values();
     check_cuda_reason();
     check_omp_thread_limit(argv[0]);

@@ -103,8 +103,8 @@ def test_version():
 
 
 def test_dtype_size():
-    assert [_lib.flashc_dtype_size(d) for d in range(4)] == [4, 2, 2, 8]
-    assert _lib.flashc_dtype_size(4) == 0 and _lib.flashc_dtype_size(-1) == 0
+    assert [_lib.flashc_dtype_size(d) for d in range(5)] == [4, 2, 2, 8, 4]  # FLASHC_I32 = 4
+    assert _lib.flashc_dtype_size(5) == 0 and _lib.flashc_dtype_size(-1) == 0
 
 
 def test_flashc_error_is_value_error():

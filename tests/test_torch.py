@@ -404,3 +404,62 @@ def test_softmax_scale_zero_is_default(device):
     q = torch.randn(1, 6, 2, 16, device=device)
     torch.testing.assert_close(ft.attention(q, q, q, softmax_scale=0), ft.attention(q, q, q),
                                rtol=0, atol=0)
+
+
+# ------------------------------------------------------- torch.compile (issue 10)
+
+def _compile_backend():
+    # aot_eager traces with Dynamo and runs AOT autograd over the fake
+    # implementations without needing a C++ toolchain for Inductor.
+    return os.environ.get("FLASHC_TEST_COMPILE_BACKEND", "aot_eager")
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile") or not hasattr(torch.library, "custom_op"),
+                    reason="torch.compile with torch.library.custom_op needs torch >= 2.4")
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(window=(5, 0), sink_tokens=2),
+                                  dict(sinks=True, softcap=3.0)])
+def test_compile_fullgraph_attention(device, opts):
+    import torch._dynamo
+    torch._dynamo.reset()
+    dt = torch.float32 if device == "cpu" else torch.bfloat16
+    B, S, Hq, Hkv, D = 2, 37, 4, 2, 32
+    q = randn(B, S, Hq, D, dtype=dt, device=device)
+    k = randn(B, S, Hkv, D, dtype=dt, device=device)
+    v = randn(B, S, Hkv, D, dtype=dt, device=device)
+    opts = dict(opts)
+    sinks = randn(Hq, dtype=torch.float32, device=device) if opts.pop("sinks", False) else None
+
+    def f(q, k, v, sinks):
+        o = ft.attention(q, k, v, sinks=sinks, **opts)
+        return o.float() * 1.5  # elementwise: bit-identical however the compiler fuses it
+
+    cf = torch.compile(f, fullgraph=True, backend=_compile_backend())
+    ys = cf(q, k, v, sinks)
+    ye = f(q, k, v, sinks)
+    torch.testing.assert_close(ys, ye, rtol=0, atol=0)  # the same kernels: bit-identical
+    gy = torch.randn_like(ye)
+    ins = [t for t in (q, k, v, sinks) if t is not None]
+    gs = torch.autograd.grad(ys, ins, gy)
+    ge = torch.autograd.grad(ye, ins, gy)
+    for a, b in zip(gs, ge):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile") or not hasattr(torch.library, "custom_op"),
+                    reason="torch.compile with torch.library.custom_op needs torch >= 2.4")
+def test_compile_fullgraph_weighted_sum(device):
+    import torch._dynamo
+    torch._dynamo.reset()
+    x = randn(5, 7, 33, dtype=torch.float32, device=device)
+    w = randn(33, dtype=torch.float32, device=device)
+
+    def f(x, w):
+        return ft.weighted_sum(x * 2.0, w) * 3.0
+
+    cf = torch.compile(f, fullgraph=True, backend=_compile_backend())
+    ys, ye = cf(x, w), f(x, w)
+    torch.testing.assert_close(ys, ye, rtol=0, atol=0)
+    gs = torch.autograd.grad(ys.sum(), (x, w))
+    ge = torch.autograd.grad(ye.sum(), (x, w))
+    for a, b in zip(gs, ge):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

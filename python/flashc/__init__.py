@@ -20,6 +20,9 @@ from ._core import (
     attention,
     attention_backward,
     attention_flops,
+    attention_varlen,
+    attention_varlen_backward,
+    attention_with_kvcache,
     backend_available,
     backends,
     cpu_isa,
@@ -34,6 +37,7 @@ version_number = _lib.flashc_version_number()
 library_path = _lib.library_path
 
 __all__ = [
-    "FlashcError", "attention", "attention_backward", "attention_flops", "backend_available",
-    "backends", "cpu_isa", "cpu_features", "weighted_sum", "weighted_sum_backward", "cuda", "__version__",
+    "FlashcError", "attention", "attention_backward", "attention_flops", "attention_varlen",
+    "attention_varlen_backward", "attention_with_kvcache", "backend_available", "backends",
+    "cpu_isa", "cpu_features", "weighted_sum", "weighted_sum_backward", "cuda", "__version__",
 ]

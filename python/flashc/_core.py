@@ -20,8 +20,17 @@ inputs live unless given through out=.
 
 Validation is the library's: shapes, dtypes, strides and parameter values are
 checked in C and its message becomes the FlashcError. Python checks only what
-C cannot see (host/device placement, NumPy byte strides, and the ALiBi slopes
-of NumPy arrays that are copied to the device, which C does not read).
+C cannot see (host/device placement, NumPy byte strides, and the values of
+host arrays that are copied to the device, which C does not read there: the
+ALiBi slopes, and the index arrays of ragged batches and KV caches, checked
+with the library's own messages).
+
+Index arrays (cu_seqlens, cache_seqlens, block_table, cache_batch_idx) are
+int32: host arrays and lists of other integer dtypes are converted, torch
+tensors with torch; host index arrays in a device call are copied to the
+device (they do not count as mixing host and device memory). KV caches that
+a call appends to are written in place wherever they live; NumPy caches with
+backend="cuda" are copied back after the call.
 
 Streams (device calls): flashc runs on `stream=` when given, else on the
 stream the inputs were produced on (the first of: __cuda_array_interface__ v3
@@ -41,12 +50,13 @@ import numpy as np
 
 from . import _dlpack, _lib, cuda
 from ._dtypes import (CODE_NAMES as _CODE_NAMES, DTYPE_NAMES as _DTYPE_NAMES,
-                      bfloat16 as _bfloat16, dtype_code, is_float_dtype, lse_code as _lse_code,
-                      np_dtype)
+                      bfloat16 as _bfloat16, dtype_code, index_code, index_host,
+                      is_float_dtype, lse_code as _lse_code, np_dtype)
 from ._errors import FlashcError, check as _check, fail as _fail
 
 __all__ = [
-    "FlashcError", "attention", "attention_backward", "weighted_sum",
+    "FlashcError", "attention", "attention_backward", "attention_varlen",
+    "attention_varlen_backward", "attention_with_kvcache", "weighted_sum",
     "weighted_sum_backward", "backends", "backend_available", "cpu_isa", "cpu_features",
     "version", "attn_params",
 ]
@@ -231,16 +241,22 @@ _CAI_TYPES = {"<f4": _lib.FLASHC_F32, "<f2": _lib.FLASHC_F16, "<f8": _lib.FLASHC
               "<V2": _lib.FLASHC_BF16}  # bf16 has no typestr of its own: '<V2'
 
 
-def _view_of(obj, name, writable=False):
+def _view_of(obj, name, writable=False, index=False):
     """A _View of obj without copying it (except a NumPy input whose byte
-    strides are not a multiple of its itemsize, which is copied)."""
+    strides are not a multiple of its itemsize, which is copied). index: an
+    index array (int32 only) instead of a data array (flashc's float types)."""
+    code_of = index_code if index else dtype_code
     if isinstance(obj, cuda.DeviceArray):
-        code = dtype_code(obj.dtype, name)
+        code = code_of(obj.dtype, name)
         es = _elem_strides(obj.strides, obj.itemsize)
         return _View(obj.ptr, obj.shape, es, code, True, obj)
     if _is_torch(obj):
         tname = str(obj.dtype)[len("torch."):]
-        code = _DTYPE_NAMES.get(tname)
+        code = _DTYPE_NAMES.get(tname) if not index else (
+            _lib.FLASHC_I32 if tname == "int32" else None)
+        if code is None and index:
+            _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype torch.%s; index arrays must be int32"
+                  % (name, tname))
         if code is None:
             _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype torch.%s; flashc supports float32, "
                   "float16, bfloat16 and float64" % (name, tname))
@@ -251,7 +267,11 @@ def _view_of(obj, name, writable=False):
         typestr = cai["typestr"]
         if typestr[0] == "=" or typestr[0] == "|":
             typestr = "<" + typestr[1:]
-        code = _CAI_TYPES.get(typestr)
+        code = _CAI_TYPES.get(typestr) if not index else (
+            _lib.FLASHC_I32 if typestr == "<i4" else None)
+        if code is None and index:
+            _fail(_lib.FLASHC_ERR_DTYPE, "%s has typestr %r; index arrays must be int32 ('<i4')"
+                  % (name, cai["typestr"]))
         if code is None:
             _fail(_lib.FLASHC_ERR_DTYPE, "%s has typestr %r; flashc supports float32, "
                   "float16, bfloat16 ('<V2') and float64" % (name, cai["typestr"]))
@@ -275,7 +295,7 @@ def _view_of(obj, name, writable=False):
         return _view_of(_dlpack.import_array(obj, name, writable=writable), name, writable)
 
     arr = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
-    code = dtype_code(arr.dtype, name)
+    code = code_of(arr.dtype, name)
     if writable and not arr.flags.writeable:
         _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is a read-only array" % name)
     es = _elem_strides(arr.strides, arr.itemsize)
@@ -326,6 +346,8 @@ class _Call:
                   % (", ".join(dev), "is" if len(dev) == 1 else "are", msg))
         self.on_device = self.device or self.staged
         self._host_outs = []   # (device_array, user_out or None) pairs to copy back
+        self._inout = []       # staged arrays updated in place: (device_array, host array)
+        self._keep = []        # index views made here (copies): alive until the call is over
         self._outs = []        # output views, marked with the stream after the call
         self.stream = _stream_handle(stream)
         if self.device:
@@ -359,6 +381,59 @@ class _Call:
             dtype_code(arr.dtype, name)
             obj = cuda.to_device(arr)
         return _view_of(obj, name)
+
+    def inout(self, obj, name):
+        """An input the call also writes in place (the KV caches with
+        k_new/v_new). Staged: copied to the device and, after the call, back
+        into the caller's host array (finish())."""
+        obj = self._conv(obj)
+        if not self.staged:
+            view = _view_of(obj, name, writable=True)
+            self._outs.append(view)
+            return view
+        arr = np.asarray(obj)  # a torch CPU tensor: a view of its memory
+        dtype_code(arr.dtype, name)
+        if not arr.flags.writeable:
+            _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is a read-only array (it is updated "
+                  "in place)" % name)
+        d = cuda.to_device(arr)
+        self._inout.append((d, arr))
+        return _view_of(d, name, writable=True)
+
+    def index(self, obj, name):
+        """(view, host): an index array (cu_seqlens, cache_seqlens, block_table,
+        cache_batch_idx) as an int32 view where the call runs, and its values
+        as a NumPy int32 array when they are on the host (else None).
+        Host arrays and lists of another integer dtype are converted (a
+        copy), torch tensors with torch; host arrays for a device call are
+        copied to the device. Device arrays must be int32 already. The
+        call keeps the view (and any copy it made) alive."""
+        view, host = self._index(self._conv(obj), name)
+        self._keep.append(view)
+        return view, host
+
+    def _index(self, obj, name):
+        if _is_torch(obj):
+            if str(obj.dtype) != "torch.int32":
+                if obj.is_floating_point() or obj.is_complex() or str(obj.dtype) == "torch.bool":
+                    _fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; index arrays must be "
+                          "integers (int32; other integer dtypes are converted)"
+                          % (name, obj.dtype))
+                import torch  # present: obj is a torch tensor
+                obj = obj.detach().to(dtype=torch.int32)
+            if obj.is_cuda:
+                return _view_of(obj, name, index=True), None
+            obj = obj.detach().numpy()
+        elif _is_device_obj(obj):
+            return _view_of(obj, name, index=True), None
+        host = index_host(obj, name)
+        if not self.on_device:
+            return _view_of(host, name, index=True), host
+        arr = cuda.to_device(host)
+        # The copy ran on the legacy stream (cudaMemcpy from pageable memory may
+        # return before its DMA lands): order the call's stream after it.
+        cuda._stream_wait(self.stream, 1)
+        return _view_of(arr, name, index=True), host
 
     def head_vector(self, obj, name, code, finite=False):
         """sinks / alibi_slopes: a per-head vector of float type `code` (F32;
@@ -434,6 +509,8 @@ class _Call:
     def finish(self):
         if self.staged:
             cuda.synchronize()  # the user's stream may not be the legacy one
+            for d, host in self._inout:
+                np.copyto(host, d.numpy())
         elif self.device:
             for v in self._outs:  # written on self.stream: later users order after it
                 if isinstance(v.obj, cuda.DeviceArray):
@@ -525,10 +602,6 @@ def _split_out(out, n, what):
     return (out,) + (None,) * (n - 1)
 
 
-def _head_count(view, axis):
-    return view.shape[axis] if len(view.shape) == 4 else 1
-
-
 _ATTN_DOC = """
     Arguments (flashc.h, "Attention", has the exact semantics):
       q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: one dtype of float32,
@@ -564,6 +637,46 @@ _ATTN_DOC = """
 """
 
 
+def _modifiers(call, code, sinks, alibi_slopes):
+    """(fcode, sinks view, slopes view): the float type of lse / sinks /
+    slopes for inputs of `code`, and the per-head vectors where the call runs."""
+    fcode = _lse_code(code)
+    sv = call.head_vector(sinks, "sinks", fcode) if sinks is not None else None
+    av = (call.head_vector(alibi_slopes, "alibi_slopes", fcode, finite=True)
+          if alibi_slopes is not None else None)
+    return fcode, sv, av
+
+
+def _params(call, mask, sv, av, dsv=None, deterministic=True):
+    """attn_params of a call: mask holds causal, softmax_scale, window,
+    sink_tokens and softcap as the caller gave them."""
+    return attn_params(call.backend, sinks=_tensor_of(sv), alibi_slopes=_tensor_of(av),
+                       dsinks=_tensor_of(dsv), stream=call.stream, deterministic=deterministic,
+                       **mask)
+
+
+def _fwd_result(call, ov, lv, return_lse):
+    call.finish()
+    o = call.result(ov)
+    if return_lse:
+        return o, (call.result(lv) if lv is not None else None)
+    return o
+
+
+def _bwd_outputs(call, outs, qv, kv, vv, sinks, fcode, n_heads):
+    """(dq, dk, dv, dsinks or None) output views of a backward."""
+    dsv = call.output(outs[3], (n_heads,), fcode, "dsinks") if sinks is not None else None
+    return (call.output(outs[0], qv.shape, qv.code, "dq"),
+            call.output(outs[1], kv.shape, kv.code, "dk"),
+            call.output(outs[2], vv.shape, vv.code, "dv"), dsv)
+
+
+def _bwd_result(call, dqv, dkv, dvv, dsv):
+    call.finish()
+    res = (call.result(dqv), call.result(dkv), call.result(dvv))
+    return res + (call.result(dsv),) if dsv is not None else res
+
+
 def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
               sinks=None, softcap=None, alibi_slopes=None, return_lse=False, backend="auto",
               out=None, stream=None):
@@ -578,27 +691,18 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window=(-1, -1), sin
                            "alibi_slopes": alibi_slopes},
                  {"out": o_out, "lse": lse_out}, stream)
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
-    fcode = _lse_code(qv.code)
-    sv = call.head_vector(sinks, "sinks", fcode) if sinks is not None else None
-    av = (call.head_vector(alibi_slopes, "alibi_slopes", fcode, finite=True)
-          if alibi_slopes is not None else None)
+    fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
     ov = call.output(o_out, qv.shape, qv.code, "out")
     lv = None
     if (return_lse or lse_out is not None) and len(qv.shape) == 4:
         B, Sq, Hq, _ = qv.shape
         lv = call.output(lse_out, (B, Hq, Sq), fcode, "lse")
-    p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
-                    sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
-                    alibi_slopes=_tensor_of(av), stream=call.stream)
-    st = _lib.flashc_attn_fwd(ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()),
-                              ctypes.byref(vv.tensor()), ctypes.byref(ov.tensor()),
-                              _tensor_or_null(lv), ctypes.byref(p))
-    _check(st)
-    call.finish()
-    o = call.result(ov)
-    if return_lse:
-        return o, (call.result(lv) if lv is not None else None)
-    return o
+    p = _params(call, dict(causal=causal, softmax_scale=softmax_scale, window=window,
+                           sink_tokens=sink_tokens, softcap=softcap), sv, av)
+    _check(_lib.flashc_attn_fwd(ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()),
+                                ctypes.byref(vv.tensor()), ctypes.byref(ov.tensor()),
+                                _tensor_or_null(lv), ctypes.byref(p)))
+    return _fwd_result(call, ov, lv, return_lse)
 
 
 attention.__doc__ += _ATTN_DOC
@@ -617,40 +721,317 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
     get no gradient. out= may be a tuple of those arrays (any strides).
     deterministic=False lets the CUDA backend use float atomics for dq.
     """
-    n_out = 4 if sinks is not None else 3
-    outs = _split_out(out, n_out, "attention_backward")
+    outs = _split_out(out, 4 if sinks is not None else 3, "attention_backward") + (None,)
     call = _Call(backend, {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "sinks": sinks,
                            "alibi_slopes": alibi_slopes},
-                 {"dq": outs[0], "dk": outs[1], "dv": outs[2],
-                  "dsinks": outs[3] if n_out == 4 else None}, stream)
+                 {"dq": outs[0], "dk": outs[1], "dv": outs[2], "dsinks": outs[3]}, stream)
     dov = call.input(do, "do")
     qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
     ov, lv = call.input(o, "o"), call.input(lse, "lse")
-    fcode = _lse_code(qv.code)
-    sv = dsv = None
-    if sinks is not None:
-        sv = call.head_vector(sinks, "sinks", fcode)
-        dsv = call.output(outs[3], (_head_count(qv, 2),), fcode, "dsinks")
-    av = (call.head_vector(alibi_slopes, "alibi_slopes", fcode, finite=True)
-          if alibi_slopes is not None else None)
-    dqv = call.output(outs[0], qv.shape, qv.code, "dq")
-    dkv = call.output(outs[1], kv.shape, kv.code, "dk")
-    dvv = call.output(outs[2], vv.shape, vv.code, "dv")
-    p = attn_params(call.backend, causal=causal, softmax_scale=softmax_scale, window=window,
-                    sink_tokens=sink_tokens, softcap=softcap, sinks=_tensor_of(sv),
-                    alibi_slopes=_tensor_of(av), dsinks=_tensor_of(dsv),
-                    stream=call.stream, deterministic=deterministic)
-    st = _lib.flashc_attn_bwd(ctypes.byref(dov.tensor()), ctypes.byref(qv.tensor()),
-                              ctypes.byref(kv.tensor()), ctypes.byref(vv.tensor()),
-                              ctypes.byref(ov.tensor()), ctypes.byref(lv.tensor()),
-                              ctypes.byref(dqv.tensor()), ctypes.byref(dkv.tensor()),
-                              ctypes.byref(dvv.tensor()), None, ctypes.byref(p))
-    _check(st)
-    call.finish()
-    res = (call.result(dqv), call.result(dkv), call.result(dvv))
-    if sinks is not None:
-        res = res + (call.result(dsv),)
-    return res
+    fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
+    dqv, dkv, dvv, dsv = _bwd_outputs(call, outs, qv, kv, vv, sinks, fcode,
+                                      qv.shape[2] if len(qv.shape) == 4 else 1)
+    p = _params(call, dict(causal=causal, softmax_scale=softmax_scale, window=window,
+                           sink_tokens=sink_tokens, softcap=softcap), sv, av, dsv, deterministic)
+    _check(_lib.flashc_attn_bwd(ctypes.byref(dov.tensor()), ctypes.byref(qv.tensor()),
+                                ctypes.byref(kv.tensor()), ctypes.byref(vv.tensor()),
+                                ctypes.byref(ov.tensor()), ctypes.byref(lv.tensor()),
+                                ctypes.byref(dqv.tensor()), ctypes.byref(dkv.tensor()),
+                                ctypes.byref(dvv.tensor()), None, ctypes.byref(p)))
+    return _bwd_result(call, dqv, dkv, dvv, dsv)
+
+
+# ------------------------------------------- ragged batches and KV caches
+
+def _ragged_fn(fn, name):
+    if fn is None:
+        _fail(_lib.FLASHC_ERR_UNSUPPORTED, "%s has no %s: the library predates ragged batches "
+              "and KV caches; rebuild it" % (_lib.library_path, name))
+    return fn
+
+
+def _device_indices(**arrays):
+    """The index arrays that live on the device: they take part in placement
+    (a device index array in a host call is an error); host ones do not (they
+    are copied to the device for a device call)."""
+    return {n: a for n, a in arrays.items() if a is not None and _is_device_obj(a)}
+
+
+def _max_seqlen(host, given, total, which, check):
+    """max_seqlen_<which> of a varlen call: `given` (an int), or for None
+    the longest sequence of host cu_seqlens `host` (NumPy), 0 when they are
+    device memory (the library finds it). check: validate the host values
+    here, as they go to the device (the library checks those of a CPU call
+    itself, and does not inspect device memory). total: Tq or Tk."""
+    name = "cu_seqlens_" + which
+    longest = None
+    if host is not None and host.ndim == 1 and host.shape[0] >= 2:  # else the library says
+        c = host.astype(np.int64)
+        if check:
+            if c[0] < 0:
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s[0]=%d is negative" % (name, c[0]))
+            down = np.flatnonzero(c[1:] < c[:-1])
+            if down.size:
+                b = int(down[0])
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s[%d]=%d < %s[%d]=%d: cu_seqlens must "
+                      "be non-decreasing" % (name, b + 1, c[b + 1], name, b, c[b]))
+            if c[-1] > total:
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s[%d]=%d exceeds %s.shape[0]=%d (the "
+                      "packed rows)" % (name, c.shape[0] - 1, c[-1], which, total))
+        lens = c[1:] - c[:-1]
+        longest = max(int(lens.max()), 0)
+    if given is None:
+        return longest or 0
+    m = _int_arg(given, "max_seqlen_" + which)
+    if check and longest is not None and 0 < m < longest:
+        b = int(np.flatnonzero(lens > m)[0])
+        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "sequence %d has %d rows (%s[%d] - %s[%d]), more "
+              "than seqs.max_seqlen_%s=%d" % (b, lens[b], name, b + 1, name, b, which, m))
+    return m
+
+
+def _varlen_seqs(call, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, qv, kv):
+    """The flashc_varlen of a call (it keeps its tensors alive)."""
+    seqs = _lib.varlen_default()
+    for which, cu, given, view in (("q", cu_seqlens_q, max_seqlen_q, qv),
+                                   ("k", cu_seqlens_k, max_seqlen_k, kv)):
+        cv, host = call.index(cu, "cu_seqlens_" + which)
+        setattr(seqs, "cu_seqlens_" + which, ctypes.pointer(cv.tensor()))
+        setattr(seqs, "max_seqlen_" + which,
+                _max_seqlen(host, given, view.shape[0] if view.shape else 0, which,
+                            call.on_device))
+    return seqs
+
+
+_VARLEN_DOC = """
+    Packed variable-length batch (flashc.h, "Ragged batches and KV caches"):
+      q [Tq, Hq, D], k and v [Tk, Hkv, D]: the B sequences' rows packed
+        along axis 0; sequence b owns query rows cu_seqlens_q[b] ..
+        cu_seqlens_q[b+1] - 1 and keys cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1.
+      cu_seqlens_q, cu_seqlens_k: [B + 1] non-decreasing int32 index arrays
+        (NumPy arrays or lists of another integer dtype are converted; torch
+        tensors too; other device arrays must be int32). Host arrays for a
+        device call are checked and copied to the device.
+      max_seqlen_q, max_seqlen_k: >= the longest sequence; None = computed
+        from host cu_seqlens, or 0 (the library finds it, which on CUDA
+        costs a synchronising copy) for device ones.
+      Every keyword below applies per sequence, exactly as flashc.attention
+      with B = 1 and that sequence's lengths (masks and ALiBi bottom-right
+      aligned per sequence; [B, Hq] slopes are per sequence). Rows of o and
+      lse outside every sequence are not written: they keep what out= held
+      (a new array holds unspecified values there).
+"""
+
+_KVCACHE_DOC = """
+    KV cache (flashc.h, "Ragged batches and KV caches"), forward only:
+      q [B, Sn, Hq, D]: Sn new query tokens per sequence (decode: 1).
+      k_cache, v_cache [Bc, Sc, Hkv, D], one cache row per sequence; with
+        block_table, the pages [num_pages, page_size, Hkv, D].
+      cache_seqlens: int32 [B] (or one int for every sequence): tokens
+        already in each sequence's cache. Not advanced by the call.
+      k_new, v_new: None or [B, Sk_new, Hkv, D], written into the caches IN
+        PLACE at positions cache_seqlens[b] .. cache_seqlens[b] + Sk_new - 1
+        before attending (both or neither). The caches must then be
+        writable: NumPy caches of a CPU call and device caches are updated
+        where they are; NumPy caches with backend="cuda" are copied to the
+        device and copied back into the NumPy arrays after the call (whole
+        caches, each call: keep a serving cache on the device instead).
+      cache_batch_idx: None or int32 [B]: sequence b uses cache row
+        cache_batch_idx[b] (not with block_table).
+      block_table: None or int32 [B, max_pages]: position t of sequence b is
+        row t % page_size of page block_table[b, t // page_size].
+      Sequence b attends to its keys 0 .. cache_seqlens[b] + Sk_new - 1 (they
+      must fit the cache); cache positions past them are never read.
+      Index arrays are converted and placed as in attention_varlen. Every
+      keyword below applies per sequence, as flashc.attention with B = 1,
+      Sq = Sn and Sk = cache_seqlens[b] + Sk_new would.
+"""
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                     *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
+                     sinks=None, softcap=None, alibi_slopes=None, return_lse=False,
+                     backend="auto", out=None, stream=None):
+    """Attention over a packed batch of sequences of different lengths.
+
+    Returns o [Tq, Hq, D] with q's dtype, or (o, lse) with lse [Hq, Tq]
+    (FlashAttention's varlen layout; float32, float64 for float64 inputs)
+    when return_lse. out= is o, or a pair (o, lse).
+    """
+    fn = _ragged_fn(_lib.flashc_attn_varlen_fwd, "flashc_attn_varlen_fwd")
+    o_out, lse_out = _split_out(out, 2, "attention_varlen")
+    call = _Call(backend, dict({"q": q, "k": k, "v": v, "sinks": sinks,
+                                "alibi_slopes": alibi_slopes},
+                               **_device_indices(cu_seqlens_q=cu_seqlens_q,
+                                                 cu_seqlens_k=cu_seqlens_k)),
+                 {"out": o_out, "lse": lse_out}, stream)
+    qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
+    seqs = _varlen_seqs(call, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, qv, kv)
+    fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
+    ov = call.output(o_out, qv.shape, qv.code, "out")
+    lv = None
+    if (return_lse or lse_out is not None) and len(qv.shape) == 3:
+        Tq, Hq, _ = qv.shape
+        lv = call.output(lse_out, (Hq, Tq), fcode, "lse")
+    p = _params(call, dict(causal=causal, softmax_scale=softmax_scale, window=window,
+                           sink_tokens=sink_tokens, softcap=softcap), sv, av)
+    _check(fn(ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()), ctypes.byref(vv.tensor()),
+              ctypes.byref(seqs), ctypes.byref(ov.tensor()), _tensor_or_null(lv),
+              ctypes.byref(p)))
+    return _fwd_result(call, ov, lv, return_lse)
+
+
+attention_varlen.__doc__ += _VARLEN_DOC + _ATTN_DOC
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
+                              softmax_scale=None, window=(-1, -1), sink_tokens=0, sinks=None,
+                              softcap=None, alibi_slopes=None, backend="auto", out=None,
+                              stream=None, deterministic=True):
+    """Gradients of attention_varlen() by recomputation from lse [Hq, Tq]:
+    call it with the sequences and keyword arguments of the forward call
+    that produced o and lse.
+
+    Returns (dq, dk, dv), or (dq, dk, dv, dsinks) when sinks is given
+    (dsinks [Hq], summed over the sequences, overwritten), as
+    attention_backward. Rows of dq, dk, dv outside every sequence are zero.
+    out= may be a tuple of those arrays (any strides).
+    """
+    fn = _ragged_fn(_lib.flashc_attn_varlen_bwd, "flashc_attn_varlen_bwd")
+    outs = _split_out(out, 4 if sinks is not None else 3, "attention_varlen_backward") + (None,)
+    call = _Call(backend, dict({"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse,
+                                "sinks": sinks, "alibi_slopes": alibi_slopes},
+                               **_device_indices(cu_seqlens_q=cu_seqlens_q,
+                                                 cu_seqlens_k=cu_seqlens_k)),
+                 {"dq": outs[0], "dk": outs[1], "dv": outs[2], "dsinks": outs[3]}, stream)
+    dov = call.input(do, "do")
+    qv, kv, vv = call.input(q, "q"), call.input(k, "k"), call.input(v, "v")
+    ov, lv = call.input(o, "o"), call.input(lse, "lse")
+    seqs = _varlen_seqs(call, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, qv, kv)
+    fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
+    dqv, dkv, dvv, dsv = _bwd_outputs(call, outs, qv, kv, vv, sinks, fcode,
+                                      qv.shape[1] if len(qv.shape) == 3 else 1)
+    p = _params(call, dict(causal=causal, softmax_scale=softmax_scale, window=window,
+                           sink_tokens=sink_tokens, softcap=softcap), sv, av, dsv, deterministic)
+    _check(fn(ctypes.byref(dov.tensor()), ctypes.byref(qv.tensor()), ctypes.byref(kv.tensor()),
+              ctypes.byref(vv.tensor()), ctypes.byref(ov.tensor()), ctypes.byref(lv.tensor()),
+              ctypes.byref(seqs), ctypes.byref(dqv.tensor()), ctypes.byref(dkv.tensor()),
+              ctypes.byref(dvv.tensor()), ctypes.byref(p)))
+    return _bwd_result(call, dqv, dkv, dvv, dsv)
+
+
+attention_varlen_backward.__doc__ += _VARLEN_DOC
+
+
+def _check_kvcache_host(seqlens, batch_idx, table, B, s_new, kshape):
+    """Host values of the KV-cache index arrays that go to the device (the
+    library checks those of a CPU call itself): lengths that fit the cache,
+    cache rows and page ids in range. Wrong shapes are left to the library."""
+    if len(kshape) != 4 or seqlens is None or seqlens.shape != (B,):
+        return
+    lens = seqlens.astype(np.int64)
+    neg = np.flatnonzero(lens < 0)
+    if neg.size:
+        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[%d]=%d is negative"
+              % (neg[0], lens[neg[0]]))
+    sk = lens + s_new
+    rows = kshape[1]                                     # Sc, or page_size
+    if table is not None:
+        if table.ndim != 2 or table.shape[0] != B:
+            return
+        over = np.flatnonzero(sk > table.shape[1] * rows)
+        if over.size:
+            b = int(over[0])
+            _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[%d]=%d + Sk_new=%d keys need %d "
+                  "pages of %d, but block_table.shape[1]=%d: the block table is too short"
+                  % (b, lens[b], s_new, -(-sk[b] // rows), rows, table.shape[1]))
+    else:
+        over = np.flatnonzero(sk > rows)
+        if over.size:
+            b = int(over[0])
+            _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[%d]=%d + Sk_new=%d exceeds the "
+                  "cache length k_cache.shape[1]=%d" % (b, lens[b], s_new, rows))
+    if batch_idx is not None and batch_idx.shape == (B,):
+        bad = np.flatnonzero((batch_idx < 0) | (batch_idx >= kshape[0]))
+        if bad.size:
+            b = int(bad[0])
+            _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "cache_batch_idx[%d]=%d is outside [0, %d) "
+                  "(k_cache.shape[0])" % (b, batch_idx[b], kshape[0]))
+    if table is not None:
+        for b in range(B):
+            need = -(-int(sk[b]) // rows)                # pages sequence b reads
+            used = table[b, :need]
+            bad = np.flatnonzero((used < 0) | (used >= kshape[0]))
+            if bad.size:
+                i = int(bad[0])
+                _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "block_table[%d, %d]=%d is outside [0, %d) "
+                      "(k_cache.shape[0], the pages)" % (b, i, used[i], kshape[0]))
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache_seqlens,
+                           block_table=None, cache_batch_idx=None, causal=False,
+                           softmax_scale=None, window=(-1, -1), sink_tokens=0, sinks=None,
+                           softcap=None, alibi_slopes=None, return_lse=False, backend="auto",
+                           out=None, stream=None):
+    """Attention of new query tokens against a KV cache (contiguous or paged),
+    after appending k_new / v_new to it in place (flash_attn_with_kvcache).
+
+    Returns o [B, Sn, Hq, D] with q's dtype, or (o, lse) with lse
+    [B, Hq, Sn] when return_lse. out= is o, or a pair (o, lse).
+    """
+    fn = _ragged_fn(_lib.flashc_attn_kvcache_fwd, "flashc_attn_kvcache_fwd")
+    o_out, lse_out = _split_out(out, 2, "attention_with_kvcache")
+    append = k_new is not None or v_new is not None
+    caches = {"k_cache": k_cache, "v_cache": v_cache}
+    inputs = dict({"q": q, "k_new": k_new, "v_new": v_new, "sinks": sinks,
+                   "alibi_slopes": alibi_slopes},
+                  **_device_indices(cache_seqlens=cache_seqlens, block_table=block_table,
+                                    cache_batch_idx=cache_batch_idx))
+    if not append:
+        inputs.update(caches)
+    # Appending writes the caches: they are outputs then (writable, and a
+    # DLPack cache must come with the right to write).
+    call = _Call(backend, inputs,
+                 dict({"out": o_out, "lse": lse_out}, **(caches if append else {})), stream)
+    qv = call.input(q, "q")
+    if isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = np.full(qv.shape[0] if qv.shape else 1, cache_seqlens, np.int64)
+    get = call.inout if append else call.input
+    kcv, vcv = get(k_cache, "k_cache"), get(v_cache, "v_cache")
+    knv = call.input(k_new, "k_new") if k_new is not None else None
+    vnv = call.input(v_new, "v_new") if v_new is not None else None
+    cache = _lib.kvcache_default()
+    cache.k_cache, cache.v_cache = ctypes.pointer(kcv.tensor()), ctypes.pointer(vcv.tensor())
+    if knv is not None:
+        cache.k_new = ctypes.pointer(knv.tensor())
+    if vnv is not None:
+        cache.v_new = ctypes.pointer(vnv.tensor())
+    hosts = {}
+    for name, obj in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                      ("block_table", block_table)):
+        hosts[name] = None
+        if obj is not None:
+            iv, hosts[name] = call.index(obj, name)
+            setattr(cache, name, ctypes.pointer(iv.tensor()))
+    if call.on_device and len(qv.shape) == 4:
+        s_new = knv.shape[1] if knv is not None and len(knv.shape) == 4 else 0
+        _check_kvcache_host(hosts["cache_seqlens"], hosts["cache_batch_idx"],
+                            hosts["block_table"], qv.shape[0], s_new, kcv.shape)
+    fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
+    ov = call.output(o_out, qv.shape, qv.code, "out")
+    lv = None
+    if (return_lse or lse_out is not None) and len(qv.shape) == 4:
+        B, Sn, Hq, _ = qv.shape
+        lv = call.output(lse_out, (B, Hq, Sn), fcode, "lse")
+    p = _params(call, dict(causal=causal, softmax_scale=softmax_scale, window=window,
+                           sink_tokens=sink_tokens, softcap=softcap), sv, av)
+    _check(fn(ctypes.byref(qv.tensor()), ctypes.byref(cache), ctypes.byref(ov.tensor()),
+              _tensor_or_null(lv), ctypes.byref(p)))
+    return _fwd_result(call, ov, lv, return_lse)
+
+
+attention_with_kvcache.__doc__ += _KVCACHE_DOC + _ATTN_DOC
 
 
 # -------------------------------------------------------- weighted row-sum

@@ -6,9 +6,11 @@ preceded by its C prototype; argtypes and restype are always set so ctypes
 never guesses (a guessed `int` restype truncates pointers on x86-64).
 
 The struct mirrors are the classic place for silent drift between C and
-Python, so at import the size of each params mirror is checked against the
-size the library reports (flashc_*_params_size()); a mismatch is an
-ImportError, not a corrupted call.
+Python, so at import the size of each struct mirror is checked against the
+size the library reports (flashc_*_params_size(), or the struct_size that
+flashc_varlen_default() / flashc_kvcache_default() fill in); a mismatch is an
+ImportError, not a corrupted call. The ragged-batch functions (issue 9) are
+None when the loaded library predates them; flashc._core then says so.
 
 Library search order:
   1. $FLASHC_LIBRARY (a path to libflashc.so),
@@ -90,6 +92,7 @@ FLASHC_F32 = 0
 FLASHC_F16 = 1
 FLASHC_BF16 = 2
 FLASHC_F64 = 3
+FLASHC_I32 = 4  # index tensors only (cu_seqlens, cache_seqlens, block_table, ...)
 
 FLASHC_BACKEND_AUTO = 0
 FLASHC_BACKEND_CPU = 1
@@ -168,7 +171,49 @@ class flashc_exec_params(ctypes.Structure):
     ]
 
 
+# typedef struct flashc_varlen {
+#     uint32_t struct_size;
+#     const flashc_tensor *cu_seqlens_q;  /* int32 [B + 1] */
+#     const flashc_tensor *cu_seqlens_k;  /* int32 [B + 1] */
+#     int64_t max_seqlen_q;               /* 0 = unknown */
+#     int64_t max_seqlen_k;
+# } flashc_varlen;
+class flashc_varlen(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("cu_seqlens_q", ctypes.POINTER(flashc_tensor)),
+        ("cu_seqlens_k", ctypes.POINTER(flashc_tensor)),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+    ]
+
+
+# typedef struct flashc_kvcache {
+#     uint32_t struct_size;
+#     const flashc_tensor *k_cache;          /* [Bc, Sc, Hkv, D] or pages [P, page_size, Hkv, D] */
+#     const flashc_tensor *v_cache;
+#     const flashc_tensor *cache_seqlens;    /* int32 [B] */
+#     const flashc_tensor *k_new;            /* NULL or [B, Sk_new, Hkv, D] */
+#     const flashc_tensor *v_new;
+#     const flashc_tensor *cache_batch_idx;  /* NULL or int32 [B] */
+#     const flashc_tensor *block_table;      /* NULL or int32 [B, max_pages] */
+# } flashc_kvcache;
+class flashc_kvcache(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("k_cache", ctypes.POINTER(flashc_tensor)),
+        ("v_cache", ctypes.POINTER(flashc_tensor)),
+        ("cache_seqlens", ctypes.POINTER(flashc_tensor)),
+        ("k_new", ctypes.POINTER(flashc_tensor)),
+        ("v_new", ctypes.POINTER(flashc_tensor)),
+        ("cache_batch_idx", ctypes.POINTER(flashc_tensor)),
+        ("block_table", ctypes.POINTER(flashc_tensor)),
+    ]
+
+
 _tensor_p = ctypes.POINTER(flashc_tensor)
+_varlen_p = ctypes.POINTER(flashc_varlen)
+_kvcache_p = ctypes.POINTER(flashc_kvcache)
 _attn_params_p = ctypes.POINTER(flashc_attn_params)
 _exec_params_p = ctypes.POINTER(flashc_exec_params)
 _c_int_p = ctypes.POINTER(ctypes.c_int)
@@ -244,6 +289,47 @@ flashc_attn_bwd = _bind("flashc_attn_bwd", ctypes.c_int,
                         [_tensor_p, _tensor_p, _tensor_p, _tensor_p, _tensor_p, _tensor_p,
                          _tensor_p, _tensor_p, _tensor_p, ctypes.c_void_p, _attn_params_p])
 
+# ------------------------------------------- ragged batches and KV caches
+# Bound only when the library has them (a library built before issue 9 lacks
+# them): callers get None and the friendly layer says so.
+
+
+def _bind_optional(name, restype, argtypes):
+    return _bind(name, restype, argtypes) if hasattr(lib, name) else None
+
+
+# flashc_varlen flashc_varlen_default(void);
+flashc_varlen_default = _bind_optional("flashc_varlen_default", flashc_varlen, [])
+
+# flashc_status flashc_attn_varlen_fwd(const flashc_tensor *q, const flashc_tensor *k,
+#                                      const flashc_tensor *v, const flashc_varlen *seqs,
+#                                      const flashc_tensor *o, const flashc_tensor *lse,
+#                                      const flashc_attn_params *params);
+flashc_attn_varlen_fwd = _bind_optional(
+    "flashc_attn_varlen_fwd", ctypes.c_int,
+    [_tensor_p, _tensor_p, _tensor_p, _varlen_p, _tensor_p, _tensor_p, _attn_params_p])
+
+# flashc_status flashc_attn_varlen_bwd(const flashc_tensor *dout, const flashc_tensor *q,
+#                                      const flashc_tensor *k, const flashc_tensor *v,
+#                                      const flashc_tensor *o, const flashc_tensor *lse,
+#                                      const flashc_varlen *seqs, const flashc_tensor *dq,
+#                                      const flashc_tensor *dk, const flashc_tensor *dv,
+#                                      const flashc_attn_params *params);
+flashc_attn_varlen_bwd = _bind_optional(
+    "flashc_attn_varlen_bwd", ctypes.c_int,
+    [_tensor_p, _tensor_p, _tensor_p, _tensor_p, _tensor_p, _tensor_p, _varlen_p,
+     _tensor_p, _tensor_p, _tensor_p, _attn_params_p])
+
+# flashc_kvcache flashc_kvcache_default(void);
+flashc_kvcache_default = _bind_optional("flashc_kvcache_default", flashc_kvcache, [])
+
+# flashc_status flashc_attn_kvcache_fwd(const flashc_tensor *q, const flashc_kvcache *cache,
+#                                       const flashc_tensor *o, const flashc_tensor *lse,
+#                                       const flashc_attn_params *params);
+flashc_attn_kvcache_fwd = _bind_optional(
+    "flashc_attn_kvcache_fwd", ctypes.c_int,
+    [_tensor_p, _kvcache_p, _tensor_p, _tensor_p, _attn_params_p])
+
 # -------------------------------------------------------- weighted row-sum
 
 # flashc_status flashc_weighted_sum(const flashc_tensor *x, const flashc_tensor *w,
@@ -293,10 +379,16 @@ flashc_pointer_is_device = _bind("flashc_pointer_is_device", ctypes.c_int,
 
 
 def _check_struct_sizes():
-    checks = (
+    checks = [
         ("flashc_attn_params", flashc_attn_params, flashc_attn_params_size()),
         ("flashc_exec_params", flashc_exec_params, flashc_exec_params_size()),
-    )
+    ]
+    # No *_size() function for these two: their *_default() reports
+    # struct_size = sizeof as the library was compiled.
+    for name, mirror, default in (("flashc_varlen", flashc_varlen, flashc_varlen_default),
+                                  ("flashc_kvcache", flashc_kvcache, flashc_kvcache_default)):
+        if default is not None:
+            checks.append((name, mirror, default().struct_size))
     for name, mirror, c_size in checks:
         if ctypes.sizeof(mirror) != c_size:
             raise ImportError(
@@ -313,6 +405,20 @@ def attn_params_default():
     p = flashc_attn_params_default()
     p.struct_size = ctypes.sizeof(flashc_attn_params)
     return p
+
+
+def varlen_default():
+    """flashc_varlen_default() with struct_size set to this mirror's size."""
+    s = flashc_varlen_default()
+    s.struct_size = ctypes.sizeof(flashc_varlen)
+    return s
+
+
+def kvcache_default():
+    """flashc_kvcache_default() with struct_size set to this mirror's size."""
+    s = flashc_kvcache_default()
+    s.struct_size = ctypes.sizeof(flashc_kvcache)
+    return s
 
 
 def exec_params_default():

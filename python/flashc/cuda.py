@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 from . import _lib
-from ._dtypes import bfloat16 as _bfloat16, dtype_code
+from ._dtypes import array_code, bfloat16 as _bfloat16
 from ._errors import FlashcError, check as _check, fail as _fail
 
 __all__ = ["DeviceArray", "to_device", "empty", "zeros", "synchronize", "device_count",
@@ -152,7 +152,7 @@ class DeviceArray:
 
     def __init__(self, shape, dtype, strides=None, *, _alloc=None, _offset=0):
         self.dtype = _np_dtype(dtype)
-        dtype_code(self.dtype, "DeviceArray")  # only flashc's dtypes
+        array_code(self.dtype, "DeviceArray")  # only flashc's dtypes (int32: index arrays)
         self.shape = tuple(int(n) for n in shape)
         if any(n < 0 for n in self.shape):
             raise ValueError("negative extent in shape %s" % (self.shape,))
@@ -377,7 +377,7 @@ def to_device(arr):
     if isinstance(arr, DeviceArray):
         return arr.copy()
     arr = np.require(np.asarray(arr), requirements="C")  # keeps 0-d arrays 0-d
-    dtype_code(arr.dtype, "array")
+    array_code(arr.dtype, "array")
     return DeviceArray(arr.shape, arr.dtype).copy_from_host(arr)
 
 
@@ -385,7 +385,7 @@ def to_device(arr):
 # Unversioned DLPack (capsule name "dltensor"), the form every consumer reads.
 
 _DL_CPU, _DL_CUDA = 1, 2
-_DL_FLOAT, _DL_BFLOAT = 2, 4
+_DL_INT, _DL_FLOAT, _DL_BFLOAT = 0, 2, 4
 
 
 class _DLDevice(ctypes.Structure):
@@ -450,7 +450,7 @@ _capsule_destructor_c = _CapsuleDestructor(_capsule_destructor)
 
 
 def _to_dlpack_capsule(arr):
-    code = _DL_BFLOAT if arr.dtype.name == "bfloat16" else _DL_FLOAT
+    code = {"bfloat16": _DL_BFLOAT, "int32": _DL_INT}.get(arr.dtype.name, _DL_FLOAT)
     nd = arr.ndim
     shape = (ctypes.c_int64 * max(nd, 1))(*arr.shape)
     strides = (ctypes.c_int64 * max(nd, 1))(*[s // arr.itemsize for s in arr.strides])

@@ -8,6 +8,10 @@
     o = flashc.torch.attention(q, k, v, causal=True)       # [B, Sq, Hq, D]
     o.sum().backward()
 
+Ragged batches and KV caches (flashc.h, "Ragged batches and KV caches"):
+attention_varlen (packed sequences, with gradients) and
+attention_with_kvcache (inference: no gradient; caches updated in place).
+
 Layout and semantics are those of include/flashc.h (note the [B, S, H, D]
 axis order, not SDPA's [B, H, S, D]; any strides are accepted, so
 x.transpose(1, 2) of an SDPA-layout tensor costs nothing).
@@ -24,15 +28,16 @@ copies of inputs) and the params builder the NumPy layer uses
 """
 
 import ctypes
+import sys
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from . import _lib
-from ._core import attn_params
+from ._core import _check_kvcache_host, _max_seqlen, _ragged_fn, attn_params
 from ._errors import FlashcError, check as _check
 
-__all__ = ["attention", "weighted_sum"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "weighted_sum"]
 
 _CODES = {torch.float32: _lib.FLASHC_F32, torch.float16: _lib.FLASHC_F16,
           torch.bfloat16: _lib.FLASHC_BF16, torch.float64: _lib.FLASHC_F64}
@@ -49,8 +54,9 @@ def _code(t, name):
     return code
 
 
-def _tensor(t, name):
-    """A flashc_tensor describing torch tensor t (strides in elements).
+def _tensor(t, name, code=None):
+    """A flashc_tensor describing torch tensor t (strides in elements);
+    code: its flashc_dtype when known (FLASHC_I32 for index tensors).
     Per call cost matters (the user pays it on every step): slice
     assignment into the ctypes arrays, no per-element loop."""
     nd = t.dim()
@@ -59,7 +65,7 @@ def _tensor(t, name):
                           "most %d" % (name, nd, _lib.FLASHC_MAX_DIMS))
     x = _lib.flashc_tensor()
     x.data = t.data_ptr() or None
-    x.dtype = _code(t, name)
+    x.dtype = _code(t, name) if code is None else code
     x.ndim = nd
     x.shape[:nd] = t.shape
     x.strides[:nd] = t.stride()
@@ -155,26 +161,32 @@ class _Attention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse, s, a = ctx.saved_tensors
-        backend, stream = _placement((q, k, v, do))
-        if do.dtype != q.dtype:
-            do = do.to(q.dtype)
-        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-        ds = s.new_empty(s.shape) if s is not None else None
-        p = attn_params(backend, stream=stream,
-                        sinks=_tensor(s, "sinks") if s is not None else None,
-                        alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
-                        dsinks=_tensor(ds, "dsinks") if ds is not None else None, **ctx.kw)
-        _check(_lib.flashc_attn_bwd(_ref(_tensor(do, "dout")), _ref(_tensor(q, "q")),
-                                    _ref(_tensor(k, "k")), _ref(_tensor(v, "v")),
-                                    _ref(_tensor(o, "o")), _ref(_tensor(lse, "lse")),
-                                    _ref(_tensor(dq, "dq")), _ref(_tensor(dk, "dk")),
-                                    _ref(_tensor(dv, "dv")), None, _ref(p)))
+        dq, dk, dv, ds = _attn_bwd(do, q, k, v, o, lse, s, a, ctx.kw)
         if ctx.sinks_like is None:
             ds = None  # sinks given as a list: nothing to differentiate
         elif ds is not None:
             ds = ds.to(dtype=ctx.sinks_like[0], device=ctx.sinks_like[1])
         # The ALiBi slopes are constants: no gradient (flashc.h, Backward).
         return dq, dk, dv, ds, None, None
+
+
+def _attn_bwd(do, q, k, v, o, lse, s, a, kw):
+    """(dq, dk, dv, dsinks or None) of one backward; s / a as _head_vector made them."""
+    backend, stream = _placement((q, k, v, do))
+    if do.dtype != q.dtype:
+        do = do.to(q.dtype)
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    ds = s.new_empty(s.shape) if s is not None else None
+    p = attn_params(backend, stream=stream,
+                    sinks=_tensor(s, "sinks") if s is not None else None,
+                    alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
+                    dsinks=_tensor(ds, "dsinks") if ds is not None else None, **kw)
+    _check(_lib.flashc_attn_bwd(_ref(_tensor(do, "dout")), _ref(_tensor(q, "q")),
+                                _ref(_tensor(k, "k")), _ref(_tensor(v, "v")),
+                                _ref(_tensor(o, "o")), _ref(_tensor(lse, "lse")),
+                                _ref(_tensor(dq, "dq")), _ref(_tensor(dk, "dk")),
+                                _ref(_tensor(dv, "dv")), None, _ref(p)))
+    return dq, dk, dv, ds
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
@@ -200,6 +212,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
     """
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
               sink_tokens=int(sink_tokens), softcap=softcap)
+    if _compiled_attention is not None and _is_compiling():
+        # torch.compile: one opaque operator (flashc::attention_fwd) with a
+        # fake implementation and autograd, no graph break (_torch_ops.py).
+        return _compiled_attention(q, k, v, sinks, alibi_slopes, kw)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
             torch.is_tensor(sinks) and sinks.requires_grad)):
         return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
@@ -212,43 +228,253 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
 # ------------------------------------------------------------ weighted sum
 
 
+def _wsum_fwd(x, w):
+    backend, stream = _placement((x, w))
+    y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
+    p = _lib.exec_params_default()
+    p.backend = backend
+    p.stream = stream
+    _check(_lib.flashc_weighted_sum(_ref(_tensor(x, "x")), _ref(_tensor(w, "w")),
+                                    _ref(_tensor(y, "y")), _ref(p)))
+    return y
+
+
+def _wsum_bwd(dy, x, w, need_dx, need_dw):
+    backend, stream = _placement((x, w, dy))
+    if dy.dtype != x.dtype:
+        dy = dy.to(x.dtype)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else None
+    dw = torch.empty(w.shape, dtype=w.dtype, device=w.device) if need_dw else None
+    p = _lib.exec_params_default()
+    p.backend = backend
+    p.stream = stream
+    _check(_lib.flashc_weighted_sum_bwd(_ref(_tensor(dy, "dy")), _ref(_tensor(x, "x")),
+                                        _ref(_tensor(w, "w")),
+                                        _ref(_tensor(dx, "dx")) if dx is not None else None,
+                                        _ref(_tensor(dw, "dw")) if dw is not None else None,
+                                        _ref(p)))
+    return dx, dw
+
+
 class _WeightedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):
         x, w = x.detach(), w.detach()
-        backend, stream = _placement((x, w))
-        y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
-        p = _lib.exec_params_default()
-        p.backend = backend
-        p.stream = stream
-        _check(_lib.flashc_weighted_sum(_ref(_tensor(x, "x")), _ref(_tensor(w, "w")),
-                                        _ref(_tensor(y, "y")), _ref(p)))
         ctx.save_for_backward(x, w)
-        return y
+        return _wsum_fwd(x, w)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        backend, stream = _placement((x, w, dy))
-        if dy.dtype != x.dtype:
-            dy = dy.to(x.dtype)
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else None
-        dw = torch.empty(w.shape, dtype=w.dtype, device=w.device) if need_dw else None
-        p = _lib.exec_params_default()
-        p.backend = backend
-        p.stream = stream
-        _check(_lib.flashc_weighted_sum_bwd(_ref(_tensor(dy, "dy")), _ref(_tensor(x, "x")),
-                                            _ref(_tensor(w, "w")),
-                                            _ref(_tensor(dx, "dx")) if dx is not None else None,
-                                            _ref(_tensor(dw, "dw")) if dw is not None else None,
-                                            _ref(p)))
-        return dx, dw
+        return _wsum_bwd(dy, x, w, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
 
 
 def weighted_sum(x, w):
     """y[...] = Σ_d x[..., d] · w[d], differentiable in x and w.
     x [..., D] (any strides), w [D], same dtype and device; y = x.shape[:-1]."""
+    if _compiled_weighted_sum is not None and _is_compiling():
+        return _compiled_weighted_sum(x, w)
     return _WeightedSum.apply(x, w)
 
+
+# ------------------------------------------------ ragged batches, KV caches
+
+
+def _index(x, q, name):
+    """(tensor, host): an index argument as an int32 tensor on q's device,
+    and its values as a NumPy array when they were on the host (a CPU
+    tensor, a list or a NumPy array), else None. Integer tensors of another
+    dtype are converted; a CPU index tensor for CUDA q is copied to the
+    device after its values are checked (the library does not inspect
+    device memory)."""
+    if x is None:
+        return None, None
+    if not torch.is_tensor(x):
+        x = torch.as_tensor(x)
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise FlashcError(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; index arrays must be integers "
+                          "(int32; other integer dtypes are converted)" % (name, x.dtype))
+    x = x.detach()
+    host = None
+    if x.device.type == "cpu":
+        host = x.numpy()
+        if x.dtype != torch.int32:
+            info = torch.iinfo(torch.int32)
+            if x.numel() and (int(x.min()) < info.min or int(x.max()) > info.max):
+                raise FlashcError(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s holds values that do "
+                                  "not fit int32" % name)
+    return x.to(device=q.device, dtype=torch.int32), host
+
+
+def _varlen_seqs(q, k, cu_q, cu_k, max_q, max_k):
+    """The flashc_varlen of a call: cu_q, cu_k as _index made them;
+    max_seqlen None -> the longest sequence of host cu_seqlens, else 0 (the
+    library finds it). Host values for CUDA tensors are checked here."""
+    seqs = _lib.varlen_default()
+    for which, (t, host), given, x in (("q", cu_q, max_q, q), ("k", cu_k, max_k, k)):
+        setattr(seqs, "cu_seqlens_" + which, ctypes.pointer(_tensor(t, "", _lib.FLASHC_I32)))
+        setattr(seqs, "max_seqlen_" + which,
+                _max_seqlen(host, given, x.shape[0] if x.dim() else 0, which, x.is_cuda))
+    return seqs
+
+
+def _varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, sinks, alibi_slopes, kw, want_lse):
+    """(o, lse [Hq, Tq] or None, the flashc_varlen used) of one varlen forward."""
+    fn = _ragged_fn(_lib.flashc_attn_varlen_fwd, "flashc_attn_varlen_fwd")
+    backend, stream = _placement((q, k, v))
+    seqs = _varlen_seqs(q, k, cu_q, cu_k, max_q, max_k)
+    o = q.new_empty(q.shape)
+    lse = None
+    if want_lse and q.dim() == 3:  # else the library reports the shape error
+        lse = q.new_empty((q.shape[1], q.shape[0]),
+                          dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+    p = attn_params(backend, stream=stream,
+                    sinks=_tensor(sinks, "sinks") if sinks is not None else None,
+                    alibi_slopes=(_tensor(alibi_slopes, "alibi_slopes")
+                                  if alibi_slopes is not None else None), **kw)
+    _check(fn(_ref(_tensor(q, "q")), _ref(_tensor(k, "k")), _ref(_tensor(v, "v")), _ref(seqs),
+              _ref(_tensor(o, "o")), _ref(_tensor(lse, "lse")) if lse is not None else None,
+              _ref(p)))
+    return o, lse, seqs
+
+
+class _AttentionVarlen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, alibi_slopes, cu_q, cu_k, lens, kw):
+        # cu_q, cu_k: (int32 tensor on q's device, host values or None), as _index
+        # made them; lens: (max_seqlen_q, max_seqlen_k) as the caller gave them.
+        q, k, v = q.detach(), k.detach(), v.detach()
+        s = _head_vector(sinks, q, "sinks")
+        a = _head_vector(alibi_slopes, q, "alibi_slopes")
+        o, lse, seqs = _varlen_fwd(q, k, v, cu_q, cu_k, lens[0], lens[1], s, a, kw, True)
+        ctx.save_for_backward(q, k, v, o, lse, s, a, cu_q[0], cu_k[0])
+        ctx.kw = kw
+        # The backward reuses the lengths the forward used (its cu_seqlens are
+        # device copies then: no second scan, no synchronising read).
+        ctx.lens = (seqs.max_seqlen_q, seqs.max_seqlen_k)
+        ctx.sinks_like = (sinks.dtype, sinks.device) if torch.is_tensor(sinks) else None
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse, s, a, cu_q, cu_k = ctx.saved_tensors
+        fn = _ragged_fn(_lib.flashc_attn_varlen_bwd, "flashc_attn_varlen_bwd")
+        backend, stream = _placement((q, k, v, do))
+        if do.dtype != q.dtype:
+            do = do.to(q.dtype)
+        # Values were checked in the forward; the device copies are reused.
+        seqs = _varlen_seqs(q, k, (cu_q, None), (cu_k, None), *ctx.lens)
+        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        ds = s.new_empty(s.shape) if s is not None else None
+        p = attn_params(backend, stream=stream,
+                        sinks=_tensor(s, "sinks") if s is not None else None,
+                        alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
+                        dsinks=_tensor(ds, "dsinks") if ds is not None else None, **ctx.kw)
+        _check(fn(_ref(_tensor(do, "dout")), _ref(_tensor(q, "q")), _ref(_tensor(k, "k")),
+                  _ref(_tensor(v, "v")), _ref(_tensor(o, "o")), _ref(_tensor(lse, "lse")),
+                  _ref(seqs), _ref(_tensor(dq, "dq")), _ref(_tensor(dk, "dk")),
+                  _ref(_tensor(dv, "dv")), _ref(p)))
+        if ctx.sinks_like is None:
+            ds = None
+        elif ds is not None:
+            ds = ds.to(dtype=ctx.sinks_like[0], device=ctx.sinks_like[1])
+        return dq, dk, dv, ds, None, None, None, None, None
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                     causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
+                     sinks=None, softcap=None, alibi_slopes=None):
+    """o = attention over a packed batch of sequences, with gradients for q,
+    k, v and sinks (flashc_attn_varlen_bwd).
+
+    q [Tq, Hq, D], k and v [Tk, Hkv, D]: the sequences' rows packed along
+    axis 0; cu_seqlens_q, cu_seqlens_k [B + 1] (int32; other integer dtypes,
+    lists and CPU tensors are converted and moved to q's device; host values
+    are checked); max_seqlen_*: None = computed from host cu_seqlens, else
+    0 (the library finds it). Returns o [Tq, Hq, D]. Every keyword means
+    what it means for attention(), per sequence (bottom-right aligned per
+    sequence; [B, Hq] ALiBi slopes are per sequence). Rows of o outside
+    every sequence are unspecified; their gradients are zero.
+    """
+    kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
+              sink_tokens=int(sink_tokens), softcap=softcap)
+    cu_q = _index(cu_seqlens_q, q, "cu_seqlens_q")
+    cu_k = _index(cu_seqlens_k, q, "cu_seqlens_k")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            torch.is_tensor(sinks) and sinks.requires_grad)):
+        return _AttentionVarlen.apply(q, k, v, sinks, alibi_slopes, cu_q, cu_k,
+                                      (max_seqlen_q, max_seqlen_k), kw)
+    return _varlen_fwd(q.detach(), k.detach(), v.detach(), cu_q, cu_k, max_seqlen_q,
+                       max_seqlen_k, _head_vector(sinks, q, "sinks"),
+                       _head_vector(alibi_slopes, q, "alibi_slopes"), kw, False)[0]
+
+
+_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache_seqlens,
+                           block_table=None, cache_batch_idx=None, causal=False,
+                           softmax_scale=None, window=(-1, -1), sink_tokens=0, sinks=None,
+                           softcap=None, alibi_slopes=None):
+    """o = attention of q [B, Sn, Hq, D] against a KV cache, after writing
+    k_new / v_new [B, Sk_new, Hkv, D] (optional, both or neither) into
+    k_cache / v_cache in place at positions cache_seqlens[b] ... (the caller
+    advances cache_seqlens). Inference only: o carries no gradient.
+
+    k_cache, v_cache [Bc, Sc, Hkv, D], or with block_table [B, max_pages]
+    the pages [num_pages, page_size, Hkv, D]. cache_seqlens [B] (or an int),
+    cache_batch_idx [B], block_table: int32 (converted like the cu_seqlens of
+    attention_varlen; host values are checked). Every keyword means what it
+    means for attention(), per sequence with Sk = cache_seqlens[b] + Sk_new.
+    Returns o [B, Sn, Hq, D].
+    """
+    fn = _ragged_fn(_lib.flashc_attn_kvcache_fwd, "flashc_attn_kvcache_fwd")
+    kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
+              sink_tokens=int(sink_tokens), softcap=softcap)
+    backend, stream = _placement((q, k_cache, v_cache, k_new, v_new))
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = [cache_seqlens] * (q.shape[0] if q.dim() else 1)
+    lens, hl = _index(cache_seqlens, q, "cache_seqlens")
+    bidx, hb = _index(cache_batch_idx, q, "cache_batch_idx")
+    table, ht = _index(block_table, q, "block_table")
+    if q.is_cuda and q.dim() == 4:
+        s_new = k_new.shape[1] if k_new is not None and k_new.dim() == 4 else 0
+        _check_kvcache_host(hl, hb, ht, q.shape[0], s_new, tuple(k_cache.shape))
+    s = _head_vector(sinks, q, "sinks")
+    a = _head_vector(alibi_slopes, q, "alibi_slopes")
+    cache = _lib.kvcache_default()
+    for field, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k_new", k_new),
+                     ("v_new", v_new)):
+        if t is not None:
+            setattr(cache, field, ctypes.pointer(_tensor(t, field)))
+    for field, t in (("cache_seqlens", lens), ("cache_batch_idx", bidx), ("block_table", table)):
+        if t is not None:
+            setattr(cache, field, ctypes.pointer(_tensor(t, field, _lib.FLASHC_I32)))
+    o = q.new_empty(q.shape)
+    p = attn_params(backend, stream=stream,
+                    sinks=_tensor(s, "sinks") if s is not None else None,
+                    alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None, **kw)
+    _check(fn(_ref(_tensor(q, "q")), _ref(cache), _ref(_tensor(o, "o")), None, _ref(p)))
+    if (k_new is not None or v_new is not None) and _increment_version is not None:
+        # Written through raw pointers: tell autograd the caches changed
+        # (inference tensors have no version counter).
+        for c in (k_cache, v_cache):
+            if not c.is_inference():
+                _increment_version(c)
+    return o
+
+
+# ------------------------------------------------------- torch.compile ops
+
+def _is_compiling():
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(f()) if f is not None else False
+
+
+# flashc::attention_fwd/_bwd and flashc::weighted_sum(_bwd) as torch.library
+# custom ops (None on a torch without torch.library.custom_op).
+from . import _torch_ops  # noqa: E402
+
+_compiled_attention, _compiled_weighted_sum = _torch_ops.register(sys.modules[__name__])

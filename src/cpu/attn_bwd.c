@@ -48,6 +48,7 @@
  * P and dS' rounded to bf16 for dV, dK, dQ; fp32 sums throughout.
  */
 #include "attn_bwd.h"
+#include "attn_ragged.h"
 #include "plan.h"
 
 #include <math.h>
@@ -595,6 +596,7 @@ static flashc_status bwd_empty(const fc_attn *a) {
 }
 
 flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
+    if (fc_attn_is_ragged(a)) return fc_cpu_attn_ragged_bwd(a); /* per sequence, back through here */
     if (a->Sq == 0 || a->Sk == 0) return bwd_empty(a);
     bwd_ctx ctx;
     bwd_ctx *c = &ctx;

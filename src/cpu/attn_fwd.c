@@ -2,6 +2,7 @@
  * been validated and normalised by the core (src/attention.c); see
  * attn_fwd.h for the algorithm and flashc.h for the semantics. */
 #include "attn_fwd.h"
+#include "attn_ragged.h"
 #include "plan.h"
 
 #include <omp.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 flashc_status fc_cpu_attn_fwd(const fc_attn *a) {
+    if (fc_attn_is_ragged(a)) return fc_cpu_attn_ragged_fwd(a); /* per sequence, back through here */
     if (a->Sq == 0) return FLASHC_OK;
     const fc_cpu_env env = fc_cpu_env_read();
     return fc_fwd_run_path(fc_plan_fwd(a, &env), a); /* plan.h */

@@ -113,6 +113,8 @@ fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced) {
 }
 
 flashc_status fcc_attn_fwd(const fc_attn *a) {
+    if (fc_attn_is_ragged(a))
+        return fcc_error(FLASHC_ERR_UNSUPPORTED, "ragged batches / KV caches are not implemented on CUDA yet");
     if (a->Sq == 0) return FLASHC_OK;
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, false, &p));
@@ -124,6 +126,8 @@ flashc_status fcc_attn_fwd(const fc_attn *a) {
 }
 
 flashc_status fcc_attn_bwd(const fc_attn *a) {
+    if (fc_attn_is_ragged(a))
+        return fcc_error(FLASHC_ERR_UNSUPPORTED, "ragged batches are not implemented on CUDA yet");
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, true, &p));
     switch (fcc_plan_bwd(p, fc_knob_cuda_kernel())) {

@@ -483,7 +483,7 @@ static int attn_mutate(attn *a, int bwd, const flashc_tensor **tq, const flashc_
     case 0: *tq = NULL; return FLASHC_ERR_NULL_POINTER;
     case 1: if (numel(&a->q.t) == 0) break; a->q.t.data = NULL; return FLASHC_ERR_NULL_POINTER;
     case 2: a->k.t.ndim = coin(0.5) ? 3 : 5; return FLASHC_ERR_SHAPE;
-    case 3: a->q.t.dtype = coin(0.5) ? 4 : -1; return FLASHC_ERR_DTYPE;
+    case 3: a->q.t.dtype = coin(0.5) ? FLASHC_I32 : -1; return FLASHC_ERR_DTYPE; /* I32: index tensors only */
     case 4: a->o.t.dtype = a->dt == FLASHC_F32 ? FLASHC_F64 : FLASHC_F32; return FLASHC_ERR_DTYPE;
     case 5: a->k.t.shape[1] = -1 - rint_in(0, 5); return FLASHC_ERR_SHAPE;
     case 6: a->v.t.shape[1] += 1; return ANY_ERR; /* (an empty v has wild strides, maybe NULL data) */
