@@ -482,7 +482,10 @@ class _Call:
                           % (name, out.dtype.name, _CODE_NAMES[code]))
                 if not out.flags.writeable:
                     _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is a read-only array" % name)
-            d = cuda.empty(shape, np_dtype(code))
+            # A given out= starts on the device with its current contents:
+            # what the call does not write (rows outside every sequence of a
+            # ragged call) comes back unchanged.
+            d = cuda.empty(shape, np_dtype(code)) if out is None else cuda.to_device(np.ascontiguousarray(out))
             self._host_outs.append((d, out))
             return _view_of(d, name, writable=True)
         if out is None:
@@ -924,11 +927,26 @@ def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
 attention_varlen_backward.__doc__ += _VARLEN_DOC
 
 
-def _check_kvcache_host(seqlens, batch_idx, table, B, s_new, kshape):
+def _check_kvcache_host(seqlens, batch_idx, table, B, s_new, kshape, table_shape=None):
     """Host values of the KV-cache index arrays that go to the device (the
     library checks those of a CPU call itself): lengths that fit the cache,
-    cache rows and page ids in range. Wrong shapes are left to the library."""
+    cache rows and page ids in range. Wrong shapes are left to the library.
+    table: the block table's host values, or None (no block table, or one
+    in device memory: then table_shape is its shape, for the capacity)."""
     if len(kshape) != 4 or seqlens is None or seqlens.shape != (B,):
+        return
+    if table is None and table_shape is not None:
+        # A paged cache whose block table is on the device: check the lengths
+        # against its capacity only (the page ids are not visible here).
+        if len(table_shape) != 2 or table_shape[0] != B:
+            return
+        sk = seqlens.astype(np.int64) + s_new
+        over = np.flatnonzero((seqlens < 0) | (sk > table_shape[1] * kshape[1]))
+        if over.size:
+            b = int(over[0])
+            _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "cache_seqlens[%d]=%d + Sk_new=%d does not fit %d "
+                  "pages of %d (block_table.shape[1]=%d)" % (b, seqlens[b], s_new, table_shape[1],
+                                                             kshape[1], table_shape[1]))
         return
     lens = seqlens.astype(np.int64)
     neg = np.flatnonzero(lens < 0)
@@ -1017,7 +1035,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
     if call.on_device and len(qv.shape) == 4:
         s_new = knv.shape[1] if knv is not None and len(knv.shape) == 4 else 0
         _check_kvcache_host(hosts["cache_seqlens"], hosts["cache_batch_idx"],
-                            hosts["block_table"], qv.shape[0], s_new, kcv.shape)
+                            hosts["block_table"], qv.shape[0], s_new, kcv.shape,
+                            tuple(cache.block_table.contents.shape[:2]) if block_table is not None else None)
     fcode, sv, av = _modifiers(call, qv.code, sinks, alibi_slopes)
     ov = call.output(o_out, qv.shape, qv.code, "out")
     lv = None

@@ -441,7 +441,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
     table, ht = _index(block_table, q, "block_table")
     if q.is_cuda and q.dim() == 4:
         s_new = k_new.shape[1] if k_new is not None and k_new.dim() == 4 else 0
-        _check_kvcache_host(hl, hb, ht, q.shape[0], s_new, tuple(k_cache.shape))
+        _check_kvcache_host(hl, hb, ht, q.shape[0], s_new, tuple(k_cache.shape),
+                            tuple(table.shape) if table is not None else None)
     s = _head_vector(sinks, q, "sinks")
     a = _head_vector(alibi_slopes, q, "alibi_slopes")
     cache = _lib.kvcache_default()

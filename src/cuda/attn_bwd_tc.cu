@@ -20,7 +20,7 @@
  * Entries a row cannot see get P = dS = 0 by selection (never a product with
  * 0), so a NaN/Inf score or dP of such a pair stays out of every sum.
  *
- * Kernels (all on a->stream; scratch by cudaMallocAsync/cudaFreeAsync):
+ * Kernels (all on a->stream; scratch by fcc_scratch_alloc/free, the module pool):
  *   1. prep, 2. dsinks: shared with the generic kernel (attn_generic_bwd.cu):
  *      Δ and L per row into [B, Hq, Sq] fp32; the per-head dsinks tree.
  *   3. dK/dV: one CTA per (key block of 64, kv head, batch), 4 warps, each
@@ -46,10 +46,14 @@
  *
  * Head dims: D ≤ 128, zero-padded to HD ∈ {32, 64, 96, 128}; larger D
  * declines (the dK/dV accumulators, 2·HD/2 fp32 per thread, would spill).
+ * Ragged (varlen) problems: the RAG instantiations (attn_ragged.cuh); the
+ * dense ones (RAG = false) are the code of before.
  */
 #include "attn_fwd_tile.cuh"
+#include "attn_ragged.cuh"
 #include "tc_common.cuh"
 
+#include <algorithm>
 #include <limits.h>
 #include <math.h>
 
@@ -67,11 +71,15 @@ constexpr int BN = 64;          /* dQ kernel: keys per tile */
 /* Shared memory (bytes) of the dK/dV kernel: K, V, 2×Q, 2×dO tiles of T,
  * the staged dSᵀ (atomic dQ only), 2×(L, Δ) fp32, 2× the tile's score
  * modifiers (fc_score_modf, padded to 4 floats); and of the dQ kernel:
- * Q, dO, 2×K, 2×V. */
-constexpr size_t dkdv_smem(int HD, bool atomic) {
-    return ((size_t)(2 * BK + 4 * BQ) * (HD + 8) + (atomic ? BK * LDS : 0)) * 2 + (4 * BQ + 8) * sizeof(float);
+ * Q, dO, 2×K, 2×V. rag: the key-row tables of the ragged kernels
+ * (attn_ragged.cuh): K and V of the block (dK/dV), of both buffers (dQ). */
+constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false) {
+    return ((size_t)(2 * BK + 4 * BQ) * (HD + 8) + (atomic ? BK * LDS : 0)) * 2 + (4 * BQ + 8) * sizeof(float) +
+           (rag ? 2 * BK * sizeof(int64_t) : 0);
 }
-constexpr size_t dq_smem(int HD) { return (size_t)(2 * BM + 4 * BN) * (HD + 8) * 2; }
+constexpr size_t dq_smem(int HD, bool rag = false) {
+    return (size_t)(2 * BM + 4 * BN) * (HD + 8) * 2 + (rag ? 4 * BN * sizeof(int64_t) : 0);
+}
 
 /* L in the exp2 domain: L·log2e; a row that sees nothing (L = −inf) gets
  * +inf so that P = exp2(s − L·log2e) is 0 for it. */
@@ -159,14 +167,15 @@ __device__ __forceinline__ void tile_ab(float (&acc)[HD / 8][4], const uint32_t 
  * L·log2e per query row (+inf past the segment). Unless full, entries whose
  * row cannot see the key (or past iend) are 0 by selection, in acc too, and
  * their bits are cleared in vis. (J0 is a constant once the caller's loop is
- * unrolled.) */
+ * unrolled.) mask, sc: the mask and score parts of the block's sequence. */
 template <int V, int NJ, int NC>
-__device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_score_modf &mod, float (&acc)[NJ][4],
+__device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, const fc_score_params &sc,
+                                       const fc_score_modf &mod, float (&acc)[NJ][4],
                                        float (&pv)[NC][4], int J0, const float *Lt, int i0, int iend, int key0,
                                        int t4, bool full, uint32_t &vis) {
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     /* ALiBi distance i + Sk − Sq − key of element (0, 0); the rest a constant offset. */
-    const float dist0 = MOD ? (float)(int)fc_alibi_dist(&p.score, i0 + 2 * t4, key0) : 0.f;
+    const float dist0 = MOD ? (float)(int)fc_alibi_dist(&sc, i0 + 2 * t4, key0) : 0.f;
 #pragma unroll
     for (int jc = 0; jc < NC; ++jc)
 #pragma unroll
@@ -185,7 +194,7 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_score_modf &m
             bool v0 = true, v1 = true;
             if (!full) {
                 int s, lo, hi;
-                fc_visible_keys_int(&p.mask, i0 + col, &s, &lo, &hi);
+                fc_visible_keys_int(&mask, i0 + col, &s, &lo, &hi);
                 const bool row = i0 + col < iend;
                 v0 = row && FC_KEY_VISIBLE(s, lo, hi, key0);
                 v1 = row && FC_KEY_VISIBLE(s, lo, hi, key0 + 8);
@@ -273,7 +282,9 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
 }
 
 /* --------------------------------------------------------- 3. dK / dV */
-template <typename T, int HD, bool ATOMIC, int V>
+/* RAG: ragged problems (attn_ragged.cuh): B sequences, nkb key blocks of the
+ * longest; K/V through key-row tables tK, tV. */
+template <typename T, int HD, bool ATOMIC, int V, bool RAG>
 __global__ void __launch_bounds__(NT, 2)
     bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int nkb, const float *Lb, const float *Db, float *dQacc) {
     constexpr int LD = HD + 8;
@@ -291,6 +302,8 @@ __global__ void __launch_bounds__(NT, 2)
     float *sL = reinterpret_cast<float *>(sdS + (ATOMIC ? BK * LDS : 0)); /* [2][BQ] */
     float *sDl = sL + 2 * BQ;                                              /* [2][BQ] */
     float *sMod = sDl + 2 * BQ; /* [2][4]: fc_score_modf of the tile's head (MOD) */
+    int64_t *tK = reinterpret_cast<int64_t *>(sMod + 8); /* RAG: [BK] key-row offsets of the K block */
+    int64_t *tV = tK + BK;                                /* RAG: [BK] ... of the V block */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -300,17 +313,24 @@ __global__ void __launch_bounds__(NT, 2)
     vb /= nkb;
     const int hk = (int)(vb % p.Hkv);
     const int64_t b = vb / p.Hkv;
-    const int n0 = kb * BK, n1 = min(n0 + BK, p.Sk);
+    /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+    const fc_seq s = fcc_seq_of<RAG>(a, b);
+    const int Sq = RAG ? (int)s.Sq : p.Sq, Sk = RAG ? (int)s.Sk : p.Sk;
+    const int n0 = kb * BK;
+    if (RAG && n0 >= Sk) return; /* past this sequence's keys */
+    const int n1 = min(n0 + BK, Sk);
+    const fcc_seq_parts<RAG> sp(p, s);
+    const fc_mask &mask = sp.mask(p);
 
-    const T *Qg = static_cast<const T *>(a.q) + b * a.sq[0];
-    const T *dOg = static_cast<const T *>(a.dout) + b * a.sdo[0];
+    const T *Qg = static_cast<const T *>(a.q) + fc_attn_row_offset(&s, a.sq, 0, 0);
+    const T *dOg = static_cast<const T *>(a.dout) + fc_attn_row_offset(&s, a.sdo, 0, 0);
 
     /* The query rows that see some key of [n0, n1): ≤ 2 row segments, cut
      * into tiles of BQ rows; iterations: the GQA group's heads × the tiles. */
     int seg_s[2] = {0, 0}, seg_e[2] = {0, 0};
     {
         int64_t r0[2], r1[2];
-        const int n = fc_key_block_rows(&p.mask, n0, n1, r0, r1);
+        const int n = fc_key_block_rows(&mask, n0, n1, r0, r1);
         if (n > 0) { seg_s[0] = (int)r0[0]; seg_e[0] = (int)r1[0]; } /* constant indices: no stack frame */
         if (n > 1) { seg_s[1] = (int)r0[1]; seg_e[1] = (int)r1[1]; }
     }
@@ -331,7 +351,8 @@ __global__ void __launch_bounds__(NT, 2)
         load_tile<T, HD, BQ>(sQ + buf * BQ * LD, Qg + (int64_t)h * a.sq[2], a.sq[1], i0, iend, p.D, p.vec16, tid);
         load_tile<T, HD, BQ>(sdO + buf * BQ * LD, dOg + (int64_t)h * a.sdo[2], a.sdo[1], i0, iend, p.D,
                              p.vec16, tid);
-        const int64_t rowbase = (b * p.Hq + h) * (int64_t)p.Sq;
+        /* RAG: the sequence re-read (L1), not kept in registers through the loop */
+        const int64_t rowbase = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
         for (int t = tid; t < BQ; t += NT) {
             const bool ok = i0 + t < iend; /* rows past the segment: P = 0 */
             sL[buf * BQ + t] = ok ? lse_l2(Lb[rowbase + i0 + t]) : INFINITY;
@@ -347,10 +368,18 @@ __global__ void __launch_bounds__(NT, 2)
         }
     };
 
-    load_tile<T, HD, BK>(sK, static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2], a.sk[1], n0,
-                         p.Sk, p.D, p.vec16, tid);
-    load_tile<T, HD, BK>(sV, static_cast<const T *>(a.v) + b * a.sv[0] + (int64_t)hk * a.sv[2], a.sv[1], n0,
-                         p.Sk, p.D, p.vec16, tid);
+    if constexpr (RAG) {
+        const bool contig = fcc_tile_contig(a, BK);
+        fcc_kv_rows<BK, NT>(tK, tV, a, s, b, hk, n0, contig, tid);
+        __syncthreads();
+        load_key_rows<T, HD, BK, NT>(sK, static_cast<const T *>(a.k), tK, a.sk[1], contig, n0, Sk, p.D, p.vec16, tid);
+        load_key_rows<T, HD, BK, NT>(sV, static_cast<const T *>(a.v), tV, a.sv[1], contig, n0, Sk, p.D, p.vec16, tid);
+    } else {
+        load_tile<T, HD, BK>(sK, static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2], a.sk[1], n0,
+                             p.Sk, p.D, p.vec16, tid);
+        load_tile<T, HD, BK>(sV, static_cast<const T *>(a.v) + b * a.sv[0] + (int64_t)hk * a.sv[2], a.sv[1], n0,
+                             p.Sk, p.D, p.vec16, tid);
+    }
     if (n_iter > 0) issue(0, 0);
     cp_async_commit();
 
@@ -385,7 +414,7 @@ __global__ void __launch_bounds__(NT, 2)
         tile_abt<T, HD, NJ>(acc_s, sKa, a_off, sQa, bn_off); /* Sᵀ = K Qᵀ */
         /* Does every row of the tile see every key of the block? Then no per-element mask. */
         const bool full =
-            tile_full<BK>(vis_of(p.mask, i0, p.Sq), vis_of(p.mask, min(i0 + BQ, iend) - 1, p.Sq), n0, p.Sk);
+            tile_full<BK>(vis_of(mask, i0, Sq), vis_of(mask, min(i0 + BQ, iend) - 1, Sq), n0, Sk);
         uint32_t vis = ~0u;
         fc_score_modf mod = {0.f, 0.f, 0.f};
         if (MOD) {
@@ -399,12 +428,12 @@ __global__ void __launch_bounds__(NT, 2)
             for (int kk = 0; kk < KQ; ++kk) {
                 float pv[2][4];
                 uint32_t pa1[1][4];
-                dkdv_p<V>(p, mod, acc_s, pv, 2 * kk, Lt, i0, iend, key0, t4, full, vis);
+                dkdv_p<V>(p, mask, sp.score(p), mod, acc_s, pv, 2 * kk, Lt, i0, iend, key0, t4, full, vis);
                 tile_pack_p<T>(pv, pa1);
                 tile_ab<T, HD, 1>(acc_dv, pa1, sdOa + 2 * kk * 16 * LD, bt_off);
             }
         } else {
-            dkdv_p<V>(p, mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis); /* pv: unused */
+            dkdv_p<V>(p, mask, sp.score(p), mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis); /* pv: unused */
         }
         tile_abt<T, HD, NJ>(acc_dp, sVa, a_off, sdOa, bn_off); /* dPᵀ = V dOᵀ */
         dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
@@ -439,21 +468,24 @@ __global__ void __launch_bounds__(NT, 2)
         }
         if (ATOMIC) {
             __syncthreads(); /* all of dSᵀ staged */
-            dq_atomic_add<T, HD>(dQacc + ((b * p.Hq + h) * (int64_t)p.Sq) * HD, smem_u32(sdS), sKa, bt_off, i0,
-                                 iend, warp, lane);
+            const int64_t row = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
+            dq_atomic_add<T, HD>(dQacc + row * HD, smem_u32(sdS), sKa, bt_off, i0, iend, warp, lane);
         }
     }
     cp_async_wait<0>(); /* nothing may still be in flight at exit */
 
     /* Epilogue: dK·scale, dV; keys key0 and key0 + 8 of this block. */
+    const fc_seq se = fcc_seq_of<RAG>(a, b); /* re-read (RAG), not kept through the loop */
     T *dkp = static_cast<T *>(a.dk) + b * a.sdk[0] + (int64_t)hk * a.sdk[2];
     T *dvp = static_cast<T *>(a.dv) + b * a.sdv[0] + (int64_t)hk * a.sdv[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int key = key0 + 8 * hf;
-        if (key >= p.Sk) continue;
-        T *dkr = dkp + (int64_t)key * a.sdk[1];
-        T *dvr = dvp + (int64_t)key * a.sdv[1];
+        if (key >= Sk) continue;
+        T *dkr = RAG ? static_cast<T *>(a.dk) + fc_attn_key_offset(&a, &se, b, a.sdk, key, hk)
+                     : dkp + (int64_t)key * a.sdk[1];
+        T *dvr = RAG ? static_cast<T *>(a.dv) + fc_attn_key_offset(&a, &se, b, a.sdv, key, hk)
+                     : dvp + (int64_t)key * a.sdv[1];
 #pragma unroll
         for (int j = 0; j < ND; ++j) {
             const int col = j * 8 + 2 * t4;
@@ -471,15 +503,16 @@ __global__ void __launch_bounds__(NT, 2)
 /* P·g in place (acc: raw dots → P, times g under MOD; the dQ kernel needs
  * only the product). Lr: L·log2e of the two rows. Unless full, entries a row
  * cannot see are 0 by selection; returns the visibility mask (bit 4j + e,
- * all ones when full). */
+ * all ones when full). sc: the score part of the block's sequence. */
 template <int V, int NJ>
-__device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_modf &mod, float (&acc)[NJ][4],
+__device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_params &sc, const fc_score_modf &mod,
+                                         float (&acc)[NJ][4],
                                          const RowVis &rv, const float (&Lr)[2], int row0, int n0, int t4,
                                          bool full) {
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     uint32_t vis = ~0u;
     float dist0[2] = {0.f, 0.f};
-    if (MOD) tile_dist0(p, row0, n0 + 2 * t4, dist0);
+    if (MOD) tile_dist0(sc, row0, n0 + 2 * t4, dist0);
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
@@ -520,7 +553,10 @@ __device__ __forceinline__ void dq_ds(float (&dp)[NJ][4], const float (&pg)[NJ][
         }
 }
 
-template <typename T, int HD, int V>
+/* RAG: ragged problems (attn_ragged.cuh): B sequences, nqb query blocks of
+ * the longest; K/V through key-row tables, one per K/V buffer, each filled
+ * one iteration (barrier) ahead of its load. */
+template <typename T, int HD, int V, bool RAG>
 __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb,
                                                        const float *Db) {
     constexpr int LD = HD + 8;
@@ -532,6 +568,8 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     T *sdO = sQ + BM * LD;                   /* [BM][LD] */
     T *sK = sdO + BM * LD;                   /* [2][BN][LD] */
     T *sV = sK + 2 * BN * LD;                /* [2][BN][LD] */
+    int64_t *tK = reinterpret_cast<int64_t *>(sV + 2 * BN * LD); /* RAG: [2][BN] key-row offsets per K buffer */
+    int64_t *tV = tK + 2 * BN;                                   /* RAG: [2][BN] ... per V buffer */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -542,35 +580,64 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     const int h = (int)(vb % p.Hq);
     const int64_t b = vb / p.Hq;
     const int hk = h / p.group;
-    const int m0 = mb * BM, mlast = min(m0 + BM, p.Sq) - 1;
+    const int m0 = mb * BM;
+    /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+    const fc_seq s = fcc_seq_of<RAG>(a, b);
+    const int Sq = RAG ? (int)s.Sq : p.Sq, Sk = RAG ? (int)s.Sk : p.Sk;
+    if (RAG && m0 >= Sq) return; /* past this sequence's rows */
+    const fcc_seq_parts<RAG> sp(p, s);
+    const fc_mask &mask = sp.mask(p);
+    const int mlast = min(m0 + BM, Sq) - 1;
 
-    const T *Kb = static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2];
+    const T *Kb = static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2]; /* dense only */
     const T *Vb = static_cast<const T *>(a.v) + b * a.sv[0] + (int64_t)hk * a.sv[2];
+    /* K/V tile `tile` into buffer buf (RAG: through that buffer's tables). */
+    auto load_kv = [&](int tile, int buf) {
+        if constexpr (RAG) {
+            const bool contig = fcc_tile_contig(a, BN);
+            load_key_rows<T, HD, BN, NT>(sK + buf * BN * LD, static_cast<const T *>(a.k), tK + buf * BN, a.sk[1],
+                                         contig, tile * BN, Sk, p.D, p.vec16, tid);
+            load_key_rows<T, HD, BN, NT>(sV + buf * BN * LD, static_cast<const T *>(a.v), tV + buf * BN, a.sv[1],
+                                         contig, tile * BN, Sk, p.D, p.vec16, tid);
+        } else {
+            load_tile<T, HD, BN>(sK + buf * BN * LD, Kb, a.sk[1], tile * BN, p.Sk, p.D, p.vec16, tid);
+            load_tile<T, HD, BN>(sV + buf * BN * LD, Vb, a.sv[1], tile * BN, p.Sk, p.D, p.vec16, tid);
+        }
+    };
+    auto kv_rows = [&](int tile, int buf) {
+        if constexpr (RAG)
+            fcc_kv_rows<BN, NT>(tK + buf * BN, tV + buf * BN, a, fcc_seq_of<RAG>(a, b), b, hk, (int64_t)tile * BN,
+                                fcc_tile_contig(a, BN), tid);
+    };
 
-    const KeyTiles kt = key_tiles<BN>(p.mask, m0, mlast);
-    const Vis vfirst = vis_of(p.mask, m0, p.Sq), vlast = vis_of(p.mask, mlast, p.Sq);
+    const KeyTiles kt = key_tiles<BN>(mask, m0, mlast);
+    const Vis vfirst = vis_of(mask, m0, Sq), vlast = vis_of(mask, mlast, Sq);
     const int row0 = m0 + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
-    const RowVis rv = row_vis(p.mask, row0, p.Sq);
+    const RowVis rv = row_vis(mask, row0, Sq);
     fc_score_modf mod = {0.f, 0.f, 0.f};
     if (MOD) mod = fcc_score_mod_l2(p, b, h);
 
-    const int64_t rowbase = (b * p.Hq + h) * (int64_t)p.Sq;
+    const int64_t rowbase = RAG ? fcc_rowbuf_row(a, s, h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
     float Lr[2], Dr[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int row = row0 + 8 * hf;
-        Lr[hf] = row < p.Sq ? lse_l2(Lb[rowbase + row]) : INFINITY;
-        Dr[hf] = row < p.Sq ? Db[rowbase + row] : 0.f;
+        Lr[hf] = row < Sq ? lse_l2(Lb[rowbase + row]) : INFINITY;
+        Dr[hf] = row < Sq ? Db[rowbase + row] : 0.f;
     }
 
-    load_tile<T, HD, BM>(sQ, static_cast<const T *>(a.q) + b * a.sq[0] + (int64_t)h * a.sq[2], a.sq[1], m0,
-                         p.Sq, p.D, p.vec16, tid);
-    load_tile<T, HD, BM>(sdO, static_cast<const T *>(a.dout) + b * a.sdo[0] + (int64_t)h * a.sdo[2], a.sdo[1],
-                         m0, p.Sq, p.D, p.vec16, tid);
-    if (kt.first < kt.b1) {
-        load_tile<T, HD, BN>(sK, Kb, a.sk[1], kt.first * BN, p.Sk, p.D, p.vec16, tid);
-        load_tile<T, HD, BN>(sV, Vb, a.sv[1], kt.first * BN, p.Sk, p.D, p.vec16, tid);
+    load_tile<T, HD, BM>(sQ, static_cast<const T *>(a.q) + fc_attn_row_offset(&s, a.sq, 0, h), a.sq[1], m0, Sq,
+                         p.D, p.vec16, tid);
+    load_tile<T, HD, BM>(sdO, static_cast<const T *>(a.dout) + fc_attn_row_offset(&s, a.sdo, 0, h), a.sdo[1], m0,
+                         Sq, p.D, p.vec16, tid);
+    if constexpr (RAG) { /* the tables of the first two tiles */
+        if (kt.first < kt.b1) {
+            kv_rows(kt.first, 0);
+            if (kt.next(kt.first) < kt.b1) kv_rows(kt.next(kt.first), 1);
+        }
+        __syncthreads();
     }
+    if (kt.first < kt.b1) load_kv(kt.first, 0);
     cp_async_commit();
 
     const int a_off = (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
@@ -588,19 +655,21 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         cp_async_wait<0>();
         __syncthreads();
         const int tn = kt.next(t);
-        if (tn < kt.b1) {
-            load_tile<T, HD, BN>(sK + (buf ^ 1) * BN * LD, Kb, a.sk[1], tn * BN, p.Sk, p.D, p.vec16, tid);
-            load_tile<T, HD, BN>(sV + (buf ^ 1) * BN * LD, Vb, a.sv[1], tn * BN, p.Sk, p.D, p.vec16, tid);
-        }
+        if (tn < kt.b1) load_kv(tn, buf ^ 1);
         cp_async_commit();
+        /* RAG: buffer buf's tables were read by tile t's load, before the
+         * barrier above; they take the tile after tn, loaded next iteration. */
+        if constexpr (RAG) {
+            if (tn < kt.b1 && kt.next(tn) < kt.b1) kv_rows(kt.next(tn), buf);
+        }
         const int n0 = t * BN;
         const uint32_t sKa = smem_u32(sK + buf * BN * LD), sVa = smem_u32(sV + buf * BN * LD);
-        const bool full = tile_full<BN>(vfirst, vlast, n0, p.Sk);
+        const bool full = tile_full<BN>(vfirst, vlast, n0, Sk);
 
         float acc_s[NJ][4], acc_dp[NJ][4];
         uint32_t da[BN / 16][4];
         tile_abt<T, HD, NJ>(acc_s, sQa, a_off, sKa, bn_off); /* S = Q Kᵀ */
-        const uint32_t vis = dq_p<V>(p, mod, acc_s, rv, Lr, row0, n0, t4, full);
+        const uint32_t vis = dq_p<V>(p, sp.score(p), mod, acc_s, rv, Lr, row0, n0, t4, full);
         tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa, bn_off); /* dP = dO Vᵀ */
         dq_ds(acc_dp, acc_s, Dr, full, vis);
         tile_pack_p<T>(acc_dp, da);                    /* dS rounded to T */
@@ -608,11 +677,12 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     }
     cp_async_wait<0>();
 
-    T *dqp = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)h * a.sdq[2];
+    const fc_seq se = fcc_seq_of<RAG>(a, b); /* re-read (RAG), not kept through the loop */
+    T *dqp = static_cast<T *>(a.dq) + fc_attn_row_offset(&se, a.sdq, 0, h);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int row = row0 + 8 * hf;
-        if (row >= p.Sq) continue;
+        if (row >= Sq) continue;
         T *r = dqp + (int64_t)row * a.sdq[1];
 #pragma unroll
         for (int j = 0; j < ND; ++j)
@@ -621,16 +691,19 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     }
 }
 
-/* dq = scale · dQacc  ([B, Hq, Sq, HD] fp32 → strided T), after the atomics. */
+/* dq = scale · dQacc  ([nb, Hq, nq, HD] fp32, the row buffers' layout
+ * (attn_ragged.cuh: [B, Hq, Sq], packed [1, Hq, Tq]) → strided T), after the
+ * atomics. Packed rows outside every sequence got no atomics: zeros. */
 template <typename T, int HD>
-__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const __grid_constant__ fcc_attn p, const float *dQacc) {
+__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const __grid_constant__ fcc_attn p, const float *dQacc,
+                                                             int64_t nb, int64_t nq) {
     const fc_attn &a = p.a;
-    const int64_t n = a.B * p.Hq * p.Sq * (int64_t)(HD / 2);
+    const int64_t n = nb * p.Hq * nq * (int64_t)(HD / 2);
     for (int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * 256) {
         const int c = (int)(idx % (HD / 2)) * 2;
         const int64_t row = idx / (HD / 2);
         if (c >= p.D) continue;
-        const int64_t i = row % p.Sq, bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
+        const int64_t i = row % nq, bh = row / nq, h = bh % p.Hq, b = bh / p.Hq;
         const float2 x = *reinterpret_cast<const float2 *>(dQacc + row * HD + c);
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + i * a.sdq[1] + h * a.sdq[2];
         store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
@@ -647,34 +720,39 @@ static bool use_atomic(const fcc_attn &p) {
     return p.a.deterministic == 0 && padded_hd(p.D) <= 64 && p.Sk >= 2048;
 }
 
-template <typename T, int HD, int V>
+/* RAG (attn_ragged.cuh): the grids run over the B sequences and the longest
+ * one's blocks; the kernels add their key-row tables to shared memory. */
+template <typename T, int HD, int V, bool RAG>
 static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db, float *dQacc) {
     cudaStream_t st = fcc_stream(p.a.stream);
     const int nkb = (p.Sk + BK - 1) / BK;
     const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
     if constexpr (HD <= 64) { /* the atomic path exists only where it is used */
         if (dQacc) {
-            const int64_t nrows = p.a.B * p.Hq * (int64_t)p.Sq;
+            const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
+            const int64_t nrows = rb.nb * p.Hq * rb.nq;
             FCC_CHECK(cudaMemsetAsync(dQacc, 0, (size_t)nrows * HD * sizeof(float), st));
-            auto kern = bwd_dkdv_kernel<T, HD, true, V>;
-            FCC_TRY(fcc_set_smem((const void *)kern, dkdv_smem(HD, true), "attn_bwd_tc (dK/dV)"));
-            kern<<<gk, NT, dkdv_smem(HD, true), st>>>(p, nkb, Lb, Db, dQacc);
+            auto kern = bwd_dkdv_kernel<T, HD, true, V, RAG>;
+            constexpr size_t smem = dkdv_smem(HD, true, RAG);
+            FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_tc (dK/dV)"));
+            kern<<<gk, NT, smem, st>>>(p, nkb, Lb, Db, dQacc);
             FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
             const int64_t want = (nrows * (HD / 2) + 255) / 256;
             const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
-            bwd_dq_convert_kernel<T, HD><<<gc, 256, 0, st>>>(p, dQacc);
+            bwd_dq_convert_kernel<T, HD><<<gc, 256, 0, st>>>(p, dQacc, rb.nb, rb.nq);
             FCC_CHECK_LAUNCH("bwd_dq_convert_kernel");
             return FLASHC_OK;
         }
     }
-    auto kern = bwd_dkdv_kernel<T, HD, false, V>;
-    FCC_TRY(fcc_set_smem((const void *)kern, dkdv_smem(HD, false), "attn_bwd_tc (dK/dV)"));
-    kern<<<gk, NT, dkdv_smem(HD, false), st>>>(p, nkb, Lb, Db, nullptr);
+    auto kern = bwd_dkdv_kernel<T, HD, false, V, RAG>;
+    constexpr size_t smem_kv = dkdv_smem(HD, false, RAG), smem_q = dq_smem(HD, RAG);
+    FCC_TRY(fcc_set_smem((const void *)kern, smem_kv, "attn_bwd_tc (dK/dV)"));
+    kern<<<gk, NT, smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
     FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
-    auto kq = bwd_dq_kernel<T, HD, V>;
-    FCC_TRY(fcc_set_smem((const void *)kq, dq_smem(HD), "attn_bwd_tc (dQ)"));
+    auto kq = bwd_dq_kernel<T, HD, V, RAG>;
+    FCC_TRY(fcc_set_smem((const void *)kq, smem_q, "attn_bwd_tc (dQ)"));
     const int nqb = (p.Sq + BM - 1) / BM;
-    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT, dq_smem(HD), st>>>(p, nqb, Lb, Db);
+    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT, smem_q, st>>>(p, nqb, Lb, Db);
     FCC_CHECK_LAUNCH("bwd_dq_kernel");
     return FLASHC_OK;
 }
@@ -685,7 +763,10 @@ static flashc_status dispatch_bwd(const fcc_attn &p, const float *Lb, const floa
 #define FCC_BWD_HD(HD)                                                                              \
     case HD:                                                                                        \
         return fcc_score_dispatch<FCC_SCORE_FEW>(                                                   \
-            mode, [&](auto v) { return run_bwd<T, HD, decltype(v)::value>(p, Lb, Db, dQacc); })
+            mode, [&](auto v) {                                                                     \
+                return fc_attn_is_ragged(&p.a) ? run_bwd<T, HD, decltype(v)::value, true>(p, Lb, Db, dQacc)  \
+                                               : run_bwd<T, HD, decltype(v)::value, false>(p, Lb, Db, dQacc); \
+            })
     switch (padded_hd(p.D)) {
     FCC_BWD_HD(32);
     FCC_BWD_HD(64);
@@ -712,11 +793,14 @@ bool fcc_bwd_mma_supports(const fcc_attn &p) {
      * positions are int32 inside the kernels. */
     if (p.dev.cc < 80 || !p.d_contig || !p.fits_int32) return false;
     const int64_t gmax = INT_MAX;
-    if ((a.B * a.Hq * a.Sq + 7) / 8 > gmax || ((a.Sk + BK - 1) / BK) * a.Hkv * a.B > gmax ||
+    const fcc_rowbuf rb = fcc_rowbuf_of(a);
+    if ((rb.nb * a.Hq * rb.nq + 7) / 8 > gmax || ((a.Sk + BK - 1) / BK) * a.Hkv * a.B > gmax ||
         ((a.Sq + BM - 1) / BM) * a.Hq * a.B > gmax)
         return false;
     const int HD = padded_hd(p.D);
-    const size_t smem = use_atomic(p) ? dkdv_smem(HD, true) : (dkdv_smem(HD, false) > dq_smem(HD) ? dkdv_smem(HD, false) : dq_smem(HD));
+    const bool rag = fc_attn_is_ragged(&a);
+    const size_t smem = use_atomic(p) ? dkdv_smem(HD, true, rag)
+                                      : std::max(dkdv_smem(HD, false, rag), dq_smem(HD, rag));
     return smem <= (size_t)p.dev.smem_optin;
 }
 
@@ -724,12 +808,14 @@ flashc_status fcc_bwd_mma_run(const fcc_attn &p) {
     using namespace fctcb;
     const bool atomic = use_atomic(p);
     cudaStream_t st = fcc_stream(p.a.stream);
-    /* Scratch: L and Δ [2][B·Hq·Sq] fp32 (prep), dQ fp32 [B·Hq·Sq][HD] (atomic path). */
-    const size_t nrows = (size_t)(p.a.B * p.Hq * (int64_t)p.Sq);
+    /* Scratch: L and Δ [2][rows] fp32 (prep), dQ fp32 [rows][HD] (atomic path);
+     * rows: the row buffers' (attn_ragged.cuh: B·Hq·Sq, packed Hq·Tq). */
+    const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
+    const size_t nrows = (size_t)(rb.nb * p.Hq * rb.nq);
     const size_t off_Q = (2 * nrows + 3) & ~(size_t)3;
     const size_t nfl = atomic ? off_Q + nrows * padded_hd(p.D) : 2 * nrows;
     float *scr = nullptr;
-    FCC_CHECK(cudaMallocAsync((void **)&scr, nfl * sizeof(float), st));
+    FCC_CHECK(fcc_scratch_alloc((void **)&scr, nfl * sizeof(float), st));
     float *Lb = scr, *Db = scr + nrows, *dQacc = atomic ? scr + off_Q : nullptr;
     flashc_status s = fcc_bwd_prep_run(p, Lb, Db);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
@@ -737,7 +823,7 @@ flashc_status fcc_bwd_mma_run(const fcc_attn &p) {
         s = p.a.dtype == FLASHC_BF16 ? dispatch_bwd<__nv_bfloat16>(p, Lb, Db, dQacc)
                                      : dispatch_bwd<__half>(p, Lb, Db, dQacc);
     /* Stream-ordered: freed after the kernels above have run. */
-    const cudaError_t e = cudaFreeAsync(scr, st);
-    if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "cudaFreeAsync");
+    const cudaError_t e = fcc_scratch_free(scr, st);
+    if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
     return s;
 }

@@ -2,14 +2,19 @@
  * attn_dispatch.cu — the module's attention entries: build the one parameter
  * struct (fcc_attn, attn_params.cuh) once, plan, run.
  *
- * Forward plan, in order of speed: the Hopper wgmma kernel (attn_fwd_wgmma.cu;
+ * Forward plan, in order of speed: the split-KV decode kernel for few query
+ * rows per kv head (attn_decode.cu, sm_80+), the Hopper wgmma kernel (attn_fwd_wgmma.cu;
  * sm_90a code, only on compute capability 9.0), the mma.sync kernel
  * (attn_fwd_tc.cu, sm_80+), the generic SIMT kernel (every valid problem).
  * Backward: the mma.sync kernel (attn_bwd_tc.cu), then generic.
  * FLASHC_CUDA_KERNEL (common/knobs.h, read at every call) forces a family:
  * "generic" = the generic kernels only; "mma" = skip the wgmma forward.
+ * Ragged problems (attn_ragged.cuh) take the same plan: every kernel but
+ * wgmma runs them; the KV append and the backward's zero rows are passes of
+ * attn_ragged.cu around it.
  */
 #include "attn_params.cuh"
+#include "attn_ragged.cuh"
 #include "common/knobs.h"
 
 #include <atomic>
@@ -101,6 +106,7 @@ flashc_status fcc_attn_make(const fc_attn *a, bool bwd, fcc_attn *p) {
 
 fcc_fwd_kernel fcc_plan_fwd(const fcc_attn &p, int forced) {
     if (forced == FC_KNOB_CUDA_GENERIC) return FCC_FWD_GENERIC;
+    if (fcc_fwd_decode_supports(p)) return FCC_FWD_DECODE; /* an mma.sync kernel: "mma" keeps it */
     if (forced != FC_KNOB_CUDA_MMA && p.dev.cc == 90 && fcc_fwd_wgmma_supports(p)) return FCC_FWD_WGMMA;
     if (fcc_fwd_mma_supports(p)) return FCC_FWD_MMA;
     return FCC_FWD_GENERIC;
@@ -113,12 +119,13 @@ fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced) {
 }
 
 flashc_status fcc_attn_fwd(const fc_attn *a) {
-    if (fc_attn_is_ragged(a))
-        return fcc_error(FLASHC_ERR_UNSUPPORTED, "ragged batches / KV caches are not implemented on CUDA yet");
+    /* KV append first, on the stream: the attention below reads the cache. */
+    if (a->k_new) FCC_TRY(fcc_kv_append_run(a));
     if (a->Sq == 0) return FLASHC_OK;
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, false, &p));
     switch (fcc_plan_fwd(p, fc_knob_cuda_kernel())) {
+    case FCC_FWD_DECODE: return fcc_fwd_decode_run(p);
     case FCC_FWD_WGMMA: return fcc_fwd_wgmma_run(p);
     case FCC_FWD_MMA: return fcc_fwd_mma_run(p);
     default: return fcc_fwd_generic_run(p);
@@ -126,10 +133,9 @@ flashc_status fcc_attn_fwd(const fc_attn *a) {
 }
 
 flashc_status fcc_attn_bwd(const fc_attn *a) {
-    if (fc_attn_is_ragged(a))
-        return fcc_error(FLASHC_ERR_UNSUPPORTED, "ragged batches are not implemented on CUDA yet");
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, true, &p));
+    if (fc_attn_is_ragged(a)) FCC_TRY(fcc_bwd_ragged_gaps_run(p)); /* zeros outside every sequence */
     switch (fcc_plan_bwd(p, fc_knob_cuda_kernel())) {
     case FCC_BWD_MMA: return fcc_bwd_mma_run(p);
     default: return fcc_bwd_generic_run(p);

@@ -21,8 +21,11 @@
  * tiles visible to every row of the CTA skip per-element masks.
  * Shared-memory rows are padded by 16 bytes (row pitch HD + 8 elements), so
  * the 8 row addresses of every ldmatrix phase hit distinct bank quads.
+ * Ragged problems (varlen, KV caches, paged): the RAG instantiations
+ * (attn_ragged.cuh); the dense ones (RAG = false) are the code of before.
  */
 #include "attn_fwd_tile.cuh"
+#include "attn_ragged.cuh"
 
 #include <math.h>
 
@@ -44,36 +47,6 @@ template <int HD_, int NW_, int MT_, int BN_, bool QREG_> struct FwdTraits {
     static_assert(MT >= 1 && MT <= 2 && NW >= 1 && NW <= 8, "MT 1..2, NW 1..8");
     static_assert((LD * 2) % 16 == 0, "rows must stay 16-byte aligned for cp.async/ldmatrix");
 };
-
-/* Loads rows [row0, row0 + R) of a [*, D] slice (row stride rs) into smem
- * rows of pitch LD, zero-filling rows ≥ nrows and columns ≥ D up to HD. */
-template <typename T, class K, int R>
-__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t rs, int row0, int nrows,
-                                          int D, bool vec, int tid) {
-    constexpr int CPR = K::HD / 8; /* 16-byte chunks per row */
-    if (vec) {
-#pragma unroll
-        for (int idx = tid; idx < R * CPR; idx += K::NT) {
-            const int r = idx / CPR, c = idx % CPR;
-            const bool ok = (row0 + r < nrows) && (c * 8 < D);
-            const T *src = ok ? g + (int64_t)(row0 + r) * rs + c * 8 : g;
-            cp_async16(smem_u32(s + r * K::LD + c * 8), src, ok);
-        }
-    } else {
-        /* Unaligned / odd D: plain loads, still zero-filled. Visible to the
-         * other warps after the same barrier that follows cp.async waits. */
-        for (int idx = tid; idx < R * CPR; idx += K::NT) {
-            const int r = idx / CPR, c = idx % CPR;
-            const bool rok = row0 + r < nrows;
-            const T *src = g + (int64_t)(row0 + r) * rs;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const int d = c * 8 + e;
-                s[r * K::LD + d] = (rok && d < D) ? src[d] : Ops<T>::from_f(0.f);
-            }
-        }
-    }
-}
 
 /* S = Q·Kᵀ for the warp's MT m16 tiles × BN keys of the K tile in smem.
  * Q fragments from registers (K::QREG: qf) or re-read from smem each k16
@@ -158,11 +131,15 @@ __device__ __forceinline__ void store_o_rows(T *Ob, int64_t so1, const T *stage,
 }
 
 /* One launch runs nM·Hq·B virtual blocks (total), grid-strided. MOD: the
- * modifier path (attn_fwd_tile.cuh), chosen once on the host. */
-template <typename T, class K, bool MOD>
+ * modifier path (attn_fwd_tile.cuh), chosen once on the host. RAG: ragged
+ * problems (attn_ragged.cuh): B sequences, nM query blocks of the longest;
+ * K/V tiles loaded through key-row tables: tK (the next K tile) and tV (two,
+ * the current V tile's and the next one's), all filled at the top of the
+ * loop (where the fewest registers are live), one barrier before their use. */
+template <typename T, class K, bool MOD, bool RAG>
 __global__ void __launch_bounds__(K::NT)
     attn_fwd_tc_kernel(const __grid_constant__ fcc_attn p, const int nM, const int64_t total) {
-    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, LD = K::LD, MT = K::MT;
+    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, LD = K::LD, MT = K::MT, NT = K::NT;
     constexpr int NKK = HD / 16; /* k16 chunks of QK^T */
     constexpr int NJ = BN / 8;   /* n8 tiles of S */
     constexpr int ND = HD / 8;   /* n8 tiles of O */
@@ -170,6 +147,8 @@ __global__ void __launch_bounds__(K::NT)
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sK = sQ + BM * LD;
     T *sV = sK + BN * LD;
+    int64_t *tK = reinterpret_cast<int64_t *>(sV + BN * LD); /* RAG: [BN] key-row offsets of the next K tile */
+    int64_t *tV = tK + BN;                                   /* RAG: [2][BN] ... of V tiles, by iteration parity */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -199,19 +178,36 @@ __global__ void __launch_bounds__(K::NT)
         const int64_t b = bh / p.Hq;
         const int hk = h / p.group;
         const int m0 = mb * BM;
-        const int mlast = min(m0 + BM, p.Sq) - 1;
+        /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+        const fc_seq s = fcc_seq_of<RAG>(a, b);
+        const int Sq = RAG ? (int)s.Sq : p.Sq, Sk = RAG ? (int)s.Sk : p.Sk;
+        if (RAG && m0 >= Sq) continue; /* past this sequence's rows (the whole CTA: no barrier skipped) */
+        const fcc_seq_parts<RAG> sp(p, s);
+        const fc_mask &mask = sp.mask(p);
+        const int mlast = min(m0 + BM, Sq) - 1;
 
-        const T *Qb = Qg + b * a.sq[0] + (int64_t)h * a.sq[2];
-        const T *Kb = Kg + b * a.sk[0] + (int64_t)hk * a.sk[2];
+        const T *Qb = Qg + fc_attn_row_offset(&s, a.sq, 0, h);
+        const T *Kb = Kg + b * a.sk[0] + (int64_t)hk * a.sk[2]; /* dense only */
         const T *Vb = Vg + b * a.sv[0] + (int64_t)hk * a.sv[2];
+        auto load_k = [&](int tile) {
+            if constexpr (RAG)
+                load_key_rows<T, HD, BN, NT>(sK, Kg, tK, a.sk[1], fcc_tile_contig(a, BN), tile * BN, Sk, p.D, p.vec16, tid);
+            else load_rows<T, HD, BN, NT>(sK, Kb, a.sk[1], tile * BN, Sk, p.D, p.vec16, tid);
+        };
+        auto load_v = [&](int tile, int par) {
+            if constexpr (RAG)
+                load_key_rows<T, HD, BN, NT>(sV, Vg, tV + par * BN, a.sv[1], fcc_tile_contig(a, BN), tile * BN, Sk, p.D,
+                                             p.vec16, tid);
+            else load_rows<T, HD, BN, NT>(sV, Vb, a.sv[1], tile * BN, Sk, p.D, p.vec16, tid);
+        };
 
-        const KeyTiles kt = key_tiles<BN>(p.mask, m0, mlast);
-        const Vis vfirst = vis_of(p.mask, m0, p.Sq), vlast = vis_of(p.mask, mlast, p.Sq);
+        const KeyTiles kt = key_tiles<BN>(mask, m0, mlast);
+        const Vis vfirst = vis_of(mask, m0, Sq), vlast = vis_of(mask, mlast, Sq);
         /* This thread's rows: row0 + 16·mt (+8), row0 = m0 + warp·16·MT + g. */
         const int row0 = m0 + warp * 16 * MT + g;
         RowVis rv[MT];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) rv[mt] = row_vis(p.mask, row0 + 16 * mt, p.Sq);
+        for (int mt = 0; mt < MT; ++mt) rv[mt] = row_vis(mask, row0 + 16 * mt, Sq);
         fc_score_modf mod = {0.f, 0.f, 0.f};
         fc_score_foldf fold = {0.f, 0.f, 0.f, 0};
         if (MOD) {
@@ -231,9 +227,15 @@ __global__ void __launch_bounds__(K::NT)
             l_i[mt][0] = l_i[mt][1] = 0.f;
         }
 
-        /* Prologue: Q and the first K tile. */
-        load_tile<T, K, BM>(sQ, Qb, a.sq[1], m0, p.Sq, p.D, p.vec16, tid);
-        if (kt.first < kt.b1) load_tile<T, K, BN>(sK, Kb, a.sk[1], kt.first * BN, p.Sk, p.D, p.vec16, tid);
+        /* Prologue: Q and the first K tile. RAG: the first tile's tables
+         * before (the previous virtual block ended with a barrier). */
+        load_rows<T, HD, BM, NT>(sQ, Qb, a.sq[1], m0, Sq, p.D, p.vec16, tid);
+        if constexpr (RAG) {
+            if (kt.first < kt.b1)
+                fcc_kv_rows<BN, NT>(tK, tV, a, s, b, hk, (int64_t)kt.first * BN, fcc_tile_contig(a, BN), tid);
+            __syncthreads();
+        }
+        if (kt.first < kt.b1) load_k(kt.first);
         cp_async_commit();
 
         uint32_t qf[K::QREG ? MT : 1][K::QREG ? NKK : 1][4];
@@ -248,12 +250,19 @@ __global__ void __launch_bounds__(K::NT)
                             qf[mt][kk][2], qf[mt][kk][3]);
         }
 
-        for (int tile = kt.first; tile < kt.b1; tile = kt.next(tile)) {
+        for (int tile = kt.first, par = 0; tile < kt.b1; tile = kt.next(tile), par ^= 1) {
             const int n0 = tile * BN;
             cp_async_wait<0>(); /* K[tile] (and Q) landed */
-            __syncthreads();    /* ... for all threads; everyone is done with sV */
-            load_tile<T, K, BN>(sV, Vb, a.sv[1], n0, p.Sk, p.D, p.vec16, tid);
+            __syncthreads();    /* ... for all threads; everyone is done with sV, tK and tV[par ^ 1] */
+            load_v(tile, par);
             cp_async_commit();
+            /* RAG: the next tile's tables (K: read after the next barrier; V:
+             * next iteration). The sequence is re-read, not kept in registers. */
+            if constexpr (RAG) {
+                if (kt.next(tile) < kt.b1)
+                    fcc_kv_rows<BN, NT>(tK, tV + (par ^ 1) * BN, a, fcc_seq_of<RAG>(a, b), b, hk,
+                                        (int64_t)kt.next(tile) * BN, fcc_tile_contig(a, BN), tid);
+            }
 
             float acc_s[MT][NJ][4]; /* MT·16 × BN per warp */
             qk_tile<T, K>(acc_s, qf, sQa, sKa, q_off, k_off);
@@ -261,12 +270,12 @@ __global__ void __launch_bounds__(K::NT)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     float dist0[2];
-                    tile_dist0(p, row0 + 16 * mt, n0 + 2 * t4, dist0);
+                    tile_dist0(sp.score(p), row0 + 16 * mt, n0 + 2 * t4, dist0);
                     tile_score_mod(acc_s[mt], mod, fold, dist0);
                 }
             }
             /* Per-element masks only where some row of the CTA sees part of the tile. */
-            if (!tile_full<BN>(vfirst, vlast, n0, p.Sk)) {
+            if (!tile_full<BN>(vfirst, vlast, n0, Sk)) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) tile_mask(acc_s[mt], rv[mt], n0 + 2 * t4);
             }
@@ -274,7 +283,7 @@ __global__ void __launch_bounds__(K::NT)
             cp_async_wait<0>(); /* V[tile] landed */
             __syncthreads();    /* ... for all; everyone is done with sK */
             if (kt.next(tile) < kt.b1) {
-                load_tile<T, K, BN>(sK, Kb, a.sk[1], kt.next(tile) * BN, p.Sk, p.D, p.vec16, tid);
+                load_k(kt.next(tile));
                 cp_async_commit();
             }
 
@@ -297,6 +306,7 @@ __global__ void __launch_bounds__(K::NT)
          * in this warp's own sQ rows (only this warp ever read them). */
         const bool has_sink = a.sink_logits != nullptr;
         const float sink = (float)fc_attn_sink(&a, h);
+        const fc_seq se = fcc_seq_of<RAG>(a, b); /* re-read (RAG), not kept through the loop */
         float *lse = static_cast<float *>(a.lse);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -305,8 +315,7 @@ __global__ void __launch_bounds__(K::NT)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = row0 + 16 * mt + 8 * hf;
-                if (lse && t4 == 0 && row < p.Sq)
-                    lse[b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)row * a.slse[2]] = L[hf];
+                if (lse && t4 == 0 && row < Sq) lse[fc_attn_lse_offset(&se, a.slse, h, row)] = L[hf];
             }
 #pragma unroll
             for (int j = 0; j < ND; ++j) {
@@ -319,26 +328,34 @@ __global__ void __launch_bounds__(K::NT)
             }
         }
         __syncwarp();
-        store_o_rows<T, K>(Og + b * a.so[0] + (int64_t)h * a.so[2], a.so[1], sQ, m0, warp * 16 * MT, p.Sq, p.D,
+        store_o_rows<T, K>(Og + fc_attn_row_offset(&se, a.so, 0, h), a.so[1], sQ, m0, warp * 16 * MT, Sq, p.D,
                            p.out_vec16, lane);
         __syncthreads(); /* smem is reused by the next virtual block */
     }
 }
 
-template <class K> static constexpr size_t smem_bytes() { return (size_t)K::SMEM_ELEMS * 2; /* 2-byte T */ }
+/* 2-byte T; RAG adds the three key-row tables. */
+template <class K, bool RAG = false> static constexpr size_t smem_bytes() {
+    return (size_t)K::SMEM_ELEMS * 2 + (RAG ? 3 * K::BN * sizeof(int64_t) : 0);
+}
 
-/* Launches tile shape K: the plain or the modifier path (attn_fwd_tile.cuh). */
-template <typename T, class K> static flashc_status run_fwd(const fcc_attn &p) {
+/* Launches tile shape K: the plain or the modifier path (attn_fwd_tile.cuh),
+ * dense or ragged (batch axis: the B sequences; p.Sq: the longest). */
+template <typename T, class K, bool RAG> static flashc_status run_fwd_as(const fcc_attn &p) {
     const int nM = (p.Sq + K::BM - 1) / K::BM;
     const int64_t total = (int64_t)nM * p.Hq * p.a.B;
     const int64_t maxg = 2147483647;
     const unsigned grid = (unsigned)(total < maxg ? total : maxg);
     const bool mod = !p.plain_score || !p.scale_pos;
-    auto kern = mod ? attn_fwd_tc_kernel<T, K, true> : attn_fwd_tc_kernel<T, K, false>;
-    FCC_TRY(fcc_set_smem((const void *)kern, smem_bytes<K>(), "attn_fwd_tc"));
-    kern<<<grid, K::NT, smem_bytes<K>(), fcc_stream(p.a.stream)>>>(p, nM, total);
+    auto kern = mod ? attn_fwd_tc_kernel<T, K, true, RAG> : attn_fwd_tc_kernel<T, K, false, RAG>;
+    constexpr size_t smem = smem_bytes<K, RAG>();
+    FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_fwd_tc"));
+    kern<<<grid, K::NT, smem, fcc_stream(p.a.stream)>>>(p, nM, total);
     FCC_CHECK_LAUNCH("attn_fwd_tc_kernel");
     return FLASHC_OK;
+}
+template <typename T, class K> static flashc_status run_fwd(const fcc_attn &p) {
+    return fc_attn_is_ragged(&p.a) ? run_fwd_as<T, K, true>(p) : run_fwd_as<T, K, false>(p);
 }
 
 /* Supported padded head dims: D is zero-padded up to the next one. */
@@ -405,7 +422,10 @@ bool fcc_fwd_mma_supports(const fcc_attn &p) {
     /* m16n8k16 bf16 needs sm_80; ldmatrix/cp.async need contiguous rows of d;
      * positions are int32 inside the kernel. */
     if (p.dev.cc < 80 || a.D < 1 || a.D > 256 || !p.d_contig || !p.fits_int32) return false;
-    const size_t smem = fctc::with_tile(fctc::padded_hd(a.D), [](auto k) { return fctc::smem_bytes<decltype(k)>(); });
+    const bool rag = fc_attn_is_ragged(&a);
+    const size_t smem = fctc::with_tile(fctc::padded_hd(a.D), [&](auto k) {
+        return rag ? fctc::smem_bytes<decltype(k), true>() : fctc::smem_bytes<decltype(k)>();
+    });
     return smem <= (size_t)p.dev.smem_optin;
 }
 

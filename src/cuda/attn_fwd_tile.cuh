@@ -147,10 +147,14 @@ __device__ __forceinline__ void tile_score_mod(float (&s)[NJ][4], const fc_score
             tile_score_as<decltype(v)::value>(s, mod, dist0);
         });
 }
-/* dist0 of tile_score_mod for rows row0, row0 + 8 at column c0 (fc_alibi_dist). */
-__device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, float (&dist0)[2]) {
+/* dist0 of tile_score_mod for rows row0, row0 + 8 at column c0 (fc_alibi_dist
+ * of the score part sc: the problem's, or a sequence's, attn_ragged.cuh). */
+__device__ __forceinline__ void tile_dist0(const fc_score_params &sc, int row0, int c0, float (&dist0)[2]) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) dist0[hf] = (float)(int)fc_alibi_dist(&p.score, row0 + 8 * hf, c0);
+    for (int hf = 0; hf < 2; ++hf) dist0[hf] = (float)(int)fc_alibi_dist(&sc, row0 + 8 * hf, c0);
+}
+__device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, float (&dist0)[2]) {
+    tile_dist0(p.score, row0, c0, dist0);
 }
 
 /* Online softmax over one key tile, exp2 domain, for the fragment's rows:

@@ -389,6 +389,7 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     using namespace fcwg;
     const fc_attn &a = p.a;
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
+    if (fc_attn_is_ragged(&a)) return false; /* dense tensor maps only: ragged runs on mma.sync */
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
     if (a.D != 64 && a.D != 128) return false;
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte

@@ -17,6 +17,7 @@
 #define FC_ATTN_GENERIC_CUH
 
 #include "attn_params.cuh"
+#include "attn_ragged.cuh"
 #include "attn_score.cuh"
 
 /* DP: head dim padded up to 32, 64, 128 or 256. Tiles shrink with DP and
@@ -33,18 +34,32 @@ template <class A, int DP> struct fcc_gen_cfg {
     static_assert(BM % 16 == 0 && BN % 16 == 0 && DP % 16 == 0, "tile shapes");
 };
 
-/* Loads rows [0, nrows) × dims [0, D) of a [rows, D] view (row stride
- * rstride, dim stride dstride, in elements; any sign) into sm[ROWS][DP+1],
- * zero-filling the rest so padded rows contribute 0 (never NaN) to sums. */
-template <class T, int DP, int ROWS, class A>
-__device__ __forceinline__ void fcc_load_tile(A *sm, const T *__restrict__ base, int64_t rstride,
-                                              int64_t dstride, int nrows, int D) {
+/* Loads rows [0, nrows) × dims [0, D) of a [rows, D] view into
+ * sm[ROWS][DP+1], zero-filling the rest so padded rows contribute 0 (never
+ * NaN) to sums: row r starts at base + off(r) (asked only for r < nrows),
+ * dim stride dstride (elements, any sign). */
+template <class T, int DP, int ROWS, class A, class Off>
+__device__ __forceinline__ void fcc_load_tile_at(A *sm, const T *__restrict__ base, Off off, int64_t dstride,
+                                                 int nrows, int D) {
     for (int idx = threadIdx.x; idx < ROWS * DP; idx += 256) {
         const int r = idx / DP, d = idx % DP;
         A v = A(0);
-        if (r < nrows && d < D) v = fcc_type<T>::to(base[r * rstride + d * dstride]);
+        if (r < nrows && d < D) v = fcc_type<T>::to(base[off(r) + d * dstride]);
         sm[r * (DP + 1) + d] = v;
     }
+}
+/* ... of a strided view: row r at base + r·rstride. */
+template <class T, int DP, int ROWS, class A>
+__device__ __forceinline__ void fcc_load_tile(A *sm, const T *__restrict__ base, int64_t rstride,
+                                              int64_t dstride, int nrows, int D) {
+    fcc_load_tile_at<T, DP, ROWS>(sm, base, [=](int r) { return r * rstride; }, dstride, nrows, D);
+}
+/* ... key rows through a table of element offsets (attn_ragged.cuh,
+ * fcc_key_rows): row r at base + tbl[r]. */
+template <class T, int DP, int ROWS, class A>
+__device__ __forceinline__ void fcc_load_tile_tbl(A *sm, const T *__restrict__ base, const int64_t *tbl,
+                                                  int64_t dstride, int nrows, int D) {
+    fcc_load_tile_at<T, DP, ROWS>(sm, base, [=](int r) { return tbl[r]; }, dstride, nrows, D);
 }
 
 /* The query block of a forward / dQ block: blockIdx.x = (b·Hq + h)·nqb +

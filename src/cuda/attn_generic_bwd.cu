@@ -28,25 +28,28 @@
  *              the key block (fc_key_block_rows), so GQA sums need no atomics.
  *   4. dQ:     one block per (query block, head, batch), like the forward.
  * V (template): the score variant (attn_score.cuh, FCC_SCORE_FEW): plain
- * problems run the instantiation without modifiers.
+ * problems run the instantiation without modifiers. RAG (template): ragged
+ * (varlen) problems, attn_ragged.cuh.
  */
 #include "attn_generic.cuh"
 
 #include <limits.h>
 
 /* ----------------------------------------------------------- 1. prep */
-/* One warp per row (b, h, i) of [B, Hq, Sq]. */
+/* One warp per row (b, h, i) of the row buffers [nb, Hq, nq] (attn_ragged.cuh:
+ * [B, Hq, Sq]; packed queries [1, Hq, Tq], every packed row, also those of
+ * no sequence: read in bounds, never used). */
 template <class T>
 __global__ void __launch_bounds__(256) fcc_bwd_prep_kernel(const __grid_constant__ fcc_attn p,
                                                            typename fcc_type<T>::acc *Lbuf,
-                                                           typename fcc_type<T>::acc *Dbuf) {
+                                                           typename fcc_type<T>::acc *Dbuf, int64_t nb, int64_t nq) {
     using A = typename fcc_type<T>::acc;
     const fc_attn &a = p.a;
-    const int64_t nrows = a.B * a.Hq * a.Sq;
+    const int64_t nrows = nb * a.Hq * nq;
     const int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= nrows) return;
-    const int64_t i = row % a.Sq, bh = row / a.Sq, h = bh % a.Hq, b = bh / a.Hq;
+    const int64_t i = row % nq, bh = row / nq, h = bh % a.Hq, b = bh / a.Hq;
     const T *dop = (const T *)a.dout + b * a.sdo[0] + i * a.sdo[1] + h * a.sdo[2];
     const T *op = (const T *)a.o + b * a.so[0] + i * a.so[1] + h * a.so[2];
     A acc = A(0);
@@ -61,10 +64,15 @@ __global__ void __launch_bounds__(256) fcc_bwd_prep_kernel(const __grid_constant
 }
 
 /* ---------------------------------------------------------- 2. dsinks */
-/* dsinks[h] = Σ_k fc_dsink_term(s_h, L, Δ) over k = b·Sq + i < B·Sq: each
- * thread sums a fixed strided subset, then a fixed tree: the same order on
- * every run. One block per head. */
-template <class A>
+/* dsinks[h] = Σ_k fc_dsink_term(s_h, L, Δ) over k = b·Sq + i < B·Sq (RAG:
+ * over the rows i < Sq_b of every sequence b): each thread sums a fixed
+ * strided subset, then a fixed tree: the same order on every run. One block
+ * per head. */
+template <class A> __device__ __forceinline__ A fcc_dsink_term_of(A s, A L, A Dl) {
+    if constexpr (sizeof(A) == 8) return fc_dsink_term(s, L, Dl);
+    else return fc_dsink_termf(s, L, Dl);
+}
+template <class A, bool RAG>
 __global__ void __launch_bounds__(256) fcc_bwd_dsinks_kernel(const __grid_constant__ fcc_attn p,
                                                              const A *Lbuf, const A *Dbuf) {
     __shared__ A part[256];
@@ -72,10 +80,18 @@ __global__ void __launch_bounds__(256) fcc_bwd_dsinks_kernel(const __grid_consta
     const int64_t h = blockIdx.x, n = a.B * a.Sq;
     const A s = (A)fc_attn_sink(&a, h);
     A acc = A(0);
-    for (int64_t k = threadIdx.x; k < n; k += 256) {
-        const int64_t row = ((k / a.Sq) * a.Hq + h) * a.Sq + k % a.Sq;
-        if constexpr (sizeof(A) == 8) acc += fc_dsink_term(s, Lbuf[row], Dbuf[row]);
-        else acc += fc_dsink_termf(s, Lbuf[row], Dbuf[row]);
+    if constexpr (RAG) {
+        for (int64_t b = 0; b < a.B; ++b) {
+            const fc_seq sq = fc_attn_seq(&a, b);
+            const int64_t row0 = fcc_rowbuf_row(a, sq, h, 0);
+            for (int64_t i = threadIdx.x; i < sq.Sq; i += 256)
+                acc += fcc_dsink_term_of(s, Lbuf[row0 + i], Dbuf[row0 + i]);
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < n; k += 256) {
+            const int64_t row = ((k / a.Sq) * a.Hq + h) * a.Sq + k % a.Sq;
+            acc += fcc_dsink_term_of(s, Lbuf[row], Dbuf[row]);
+        }
     }
     part[threadIdx.x] = acc;
     __syncthreads();
@@ -124,9 +140,11 @@ __device__ __forceinline__ void fcc_tile_s_dp(const S *Qs, const S *dOs, const S
  * Row i sees (se, lo, hi) (all 0 for a padding row) with L_i, Δ_i; column c
  * is key j0 + tx + 16c, a real key when tx + 16c < nj. Masked entries are 0
  * by selection. V ≠ plain: x from the score pipeline (mod = fcc_gen_mod<A>), else
- * x = scale·qk. Shared by the dK/dV and the dQ kernels. */
+ * x = scale·qk; sc: the score part of the block's sequence. Shared by the
+ * dK/dV and the dQ kernels. */
 template <int V, class A, int RN, class M>
-__device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const M &mod, A (&s)[RN], A (&dp)[RN],
+__device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const fc_score_params &sc, const M &mod, A (&s)[RN],
+                                             A (&dp)[RN],
                                              int64_t se, int64_t lo, int64_t hi, A L, A Dl, int64_t i,
                                              int64_t j0, int tx, int nj) {
     const A scale = (A)p.a.scale;
@@ -138,7 +156,7 @@ __device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const M &mod, A 
         A P, dS;
         if constexpr (V != FC_SCORE_PLAIN) {
             A dg;
-            const A x = fcc_gen_score<V>(mod, s[c], (A)fc_alibi_dist(&p.score, i, j), dg);
+            const A x = fcc_gen_score<V>(mod, s[c], (A)fc_alibi_dist(&sc, i, j), dg);
             P = fcc_exp(x - L);
             dS = P * (dp[c] - Dl) * dg;
         } else {
@@ -179,7 +197,9 @@ __device__ __forceinline__ void fcc_tile_acc_dkdv(const A *Ps, const A *dSs, con
 }
 
 /* --------------------------------------------------------- 3. dK / dV */
-template <class T, int DP, int V>
+/* RAG: ragged problems (attn_ragged.cuh): blockIdx.x over the B sequences
+ * and the longest one's key blocks; K/V through key-row tables. */
+template <class T, int DP, int V, bool RAG>
 __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int64_t nkb,
                                                            const typename fcc_type<T>::acc *Lbuf,
                                                            const typename fcc_type<T>::acc *Dbuf) {
@@ -196,6 +216,8 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
     A *dSs = Ps + BM * LP;                        /* [BM][LP] */
     A *Ls = dSs + BM * LP;                        /* [BM] */
     A *Ds = Ls + BM;                              /* [BM] */
+    int64_t *tK = reinterpret_cast<int64_t *>(Ds + BM); /* RAG: [BN] key-row offsets of the K block */
+    int64_t *tV = tK + BN;                              /* RAG: [BN] ... of the V block */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -205,17 +227,29 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
     const int64_t hk = bid % a.Hkv, b = bid / a.Hkv;
     const int64_t G = a.Hq / a.Hkv;
     const int64_t j0 = kb * BN;
-    const int nj = (int)min((int64_t)BN, a.Sk - j0);
+    /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+    const fc_seq sq = fcc_seq_of<RAG>(a, b);
+    if (RAG && j0 >= sq.Sk) return; /* past this sequence's keys */
+    const int nj = (int)min((int64_t)BN, sq.Sk - j0);
     const int D = (int)a.D;
+    const fcc_seq_parts<RAG> sp(p, sq);
+    const fc_mask &mask = sp.mask(p);
 
-    fcc_load_tile<T, DP, BN>(Ks, (const T *)a.k + b * a.sk[0] + j0 * a.sk[1] + hk * a.sk[2],
-                             a.sk[1], a.sk[3], nj, D);
-    fcc_load_tile<T, DP, BN>(Vs, (const T *)a.v + b * a.sv[0] + j0 * a.sv[1] + hk * a.sv[2],
-                             a.sv[1], a.sv[3], nj, D);
+    if constexpr (RAG) {
+        fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
+        __syncthreads();
+        fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
+        fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
+    } else {
+        fcc_load_tile<T, DP, BN>(Ks, (const T *)a.k + b * a.sk[0] + j0 * a.sk[1] + hk * a.sk[2],
+                                 a.sk[1], a.sk[3], nj, D);
+        fcc_load_tile<T, DP, BN>(Vs, (const T *)a.v + b * a.sv[0] + j0 * a.sv[1] + hk * a.sv[2],
+                                 a.sv[1], a.sv[3], nj, D);
+    }
 
     /* The query rows that see some key of [j0, j0 + nj): ≤ 2 row segments. */
     int64_t seg_s[2], seg_e[2];
-    const int nseg = fc_key_block_rows(&p.mask, j0, j0 + nj, seg_s, seg_e);
+    const int nseg = fc_key_block_rows(&mask, j0, j0 + nj, seg_s, seg_e);
 
     A dk[RN][CD], dv[RN][CD]; /* key rows ty + 16r, dims tx + 16c */
 #pragma unroll
@@ -226,9 +260,9 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
     for (int64_t g = 0; g < G; ++g) {
         const int64_t h = hk * G + g;
         const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
-        const T *qp = (const T *)a.q + b * a.sq[0] + h * a.sq[2];
-        const T *dop = (const T *)a.dout + b * a.sdo[0] + h * a.sdo[2];
-        const int64_t rowbase = (b * a.Hq + h) * a.Sq;
+        const T *qp = (const T *)a.q + fc_attn_row_offset(&sq, a.sq, 0, h);
+        const T *dop = (const T *)a.dout + fc_attn_row_offset(&sq, a.sdo, 0, h);
+        const int64_t rowbase = RAG ? fcc_rowbuf_row(a, sq, h, 0) : (b * a.Hq + h) * a.Sq;
         for (int sg = 0; sg < nseg; ++sg) {
             for (int64_t i0 = seg_s[sg]; i0 < seg_e[sg]; i0 += BM) {
                 const int ni = (int)min((int64_t)BM, seg_e[sg] - i0);
@@ -248,8 +282,9 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
                 for (int r = 0; r < RM; ++r) {
                     const int ir = ty + 16 * r;
                     int64_t se = 0, lo = 0, hi = 0;
-                    if (ir < ni) fc_visible_keys(&p.mask, i0 + ir, &se, &lo, &hi);
-                    fcc_row_p_ds<V>(p, mod, s[r], dp[r], se, lo, hi, Ls[ir], Ds[ir], i0 + ir, j0, tx, nj);
+                    if (ir < ni) fc_visible_keys(&mask, i0 + ir, &se, &lo, &hi);
+                    fcc_row_p_ds<V>(p, sp.score(p), mod, s[r], dp[r], se, lo, hi, Ls[ir], Ds[ir], i0 + ir, j0, tx,
+                                    nj);
 #pragma unroll
                     for (int c = 0; c < RN; ++c) {
                         Ps[ir * LP + tx + 16 * c] = s[r][c];
@@ -264,26 +299,29 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
     }
 
     const A scale = (A)a.scale;
-    T *dkp = (T *)a.dk + b * a.sdk[0] + hk * a.sdk[2];
+    T *dkp = (T *)a.dk + b * a.sdk[0] + hk * a.sdk[2]; /* dense only */
     T *dvp = (T *)a.dv + b * a.sdv[0] + hk * a.sdv[2];
 #pragma unroll
     for (int r = 0; r < RN; ++r) {
         const int jr = ty + 16 * r;
         if (jr >= nj) continue;
         const int64_t j = j0 + jr;
+        T *dkr = RAG ? (T *)a.dk + fc_attn_key_offset(&a, &sq, b, a.sdk, j, hk) : dkp + j * a.sdk[1];
+        T *dvr = RAG ? (T *)a.dv + fc_attn_key_offset(&a, &sq, b, a.sdv, j, hk) : dvp + j * a.sdv[1];
 #pragma unroll
         for (int c = 0; c < CD; ++c) {
             const int d = tx + 16 * c;
             if (d < D) {
-                dkp[j * a.sdk[1] + d * a.sdk[3]] = fcc_type<T>::from(dk[r][c] * scale);
-                dvp[j * a.sdv[1] + d * a.sdv[3]] = fcc_type<T>::from(dv[r][c]);
+                dkr[d * a.sdk[3]] = fcc_type<T>::from(dk[r][c] * scale);
+                dvr[d * a.sdv[3]] = fcc_type<T>::from(dv[r][c]);
             }
         }
     }
 }
 
 /* ---------------------------------------------------------------- 4. dQ */
-template <class T, int DP, int V>
+/* RAG: as the forward (attn_generic_fwd.cu). */
+template <class T, int DP, int V, bool RAG>
 __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__ fcc_attn p, int64_t nqb,
                                                          const typename fcc_type<T>::acc *Lbuf,
                                                          const typename fcc_type<T>::acc *Dbuf) {
@@ -297,24 +335,30 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
     A *Ks = dOs + BM * LD;                        /* [BN][LD] */
     A *Vs = Ks + BN * LD;                         /* [BN][LD] */
     A *dSs = Vs + BN * LD;                        /* [BM][LP] */
+    int64_t *tK = reinterpret_cast<int64_t *>(dSs + BM * LP); /* RAG: [BN] key-row offsets of the K tile */
+    int64_t *tV = tK + BN;                                    /* RAG: [BN] ... of the V tile */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const fcc_qblock qbk = fcc_qblock_of<BM>(a, nqb);
     const int64_t b = qbk.b, h = qbk.h, hk = qbk.hk, i0 = qbk.i0;
-    const int ni = qbk.ni, D = (int)a.D;
+    /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+    const fc_seq sq = fcc_seq_of<RAG>(a, b);
+    if (RAG && i0 >= sq.Sq) return; /* past this sequence's rows */
+    const int ni = RAG ? (int)min((int64_t)BM, sq.Sq - i0) : qbk.ni, D = (int)a.D;
+    const fcc_seq_parts<RAG> sp(p, sq);
+    const fc_mask &mask = sp.mask(p);
     const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
 
-    fcc_load_tile<T, DP, BM>(Qs, (const T *)a.q + b * a.sq[0] + i0 * a.sq[1] + h * a.sq[2],
-                             a.sq[1], a.sq[3], ni, D);
-    fcc_load_tile<T, DP, BM>(dOs, (const T *)a.dout + b * a.sdo[0] + i0 * a.sdo[1] + h * a.sdo[2],
-                             a.sdo[1], a.sdo[3], ni, D);
-    const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2];
+    fcc_load_tile<T, DP, BM>(Qs, (const T *)a.q + fc_attn_row_offset(&sq, a.sq, i0, h), a.sq[1], a.sq[3], ni, D);
+    fcc_load_tile<T, DP, BM>(dOs, (const T *)a.dout + fc_attn_row_offset(&sq, a.sdo, i0, h), a.sdo[1], a.sdo[3], ni,
+                             D);
+    const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2]; /* dense only */
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
-    const int64_t rowbase = (b * a.Hq + h) * a.Sq + i0;
+    const int64_t rowbase = RAG ? fcc_rowbuf_row(a, sq, h, i0) : (b * a.Hq + h) * a.Sq + i0;
 
     int64_t se[RM], lo[RM], hi[RM];
-    fcc_rows_visible(p.mask, i0, ni, ty, se, lo, hi);
+    fcc_rows_visible(mask, i0, ni, ty, se, lo, hi);
     A L[RM], Dl[RM];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
@@ -330,13 +374,20 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 
     /* The keys some row of the block may see: ≤ 2 key segments. */
     fc_keysegs ks;
-    fc_block_keysegs(&p.mask, i0, i0 + ni - 1, &ks);
+    fc_block_keysegs(&mask, i0, i0 + ni - 1, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += BN) {
             const int nj = (int)min((int64_t)BN, ks.s1[sg] - j0);
             __syncthreads();
-            fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
-            fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
+            if constexpr (RAG) {
+                fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
+                __syncthreads();
+                fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
+                fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
+            } else {
+                fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
+                fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
+            }
             __syncthreads();
 
             A s[RM][RN], dp[RM][RN];
@@ -344,7 +395,8 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 #pragma unroll
             for (int r = 0; r < RM; ++r) {
                 const int ir = ty + 16 * r;
-                fcc_row_p_ds<V>(p, mod, s[r], dp[r], se[r], lo[r], hi[r], L[r], Dl[r], i0 + ir, j0, tx, nj);
+                fcc_row_p_ds<V>(p, sp.score(p), mod, s[r], dp[r], se[r], lo[r], hi[r], L[r], Dl[r], i0 + ir, j0, tx,
+                                nj);
 #pragma unroll
                 for (int c = 0; c < RN; ++c) dSs[ir * LP + tx + 16 * c] = dp[r][c];
             }
@@ -355,7 +407,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
     }
 
     const A scale = (A)a.scale;
-    T *dqp = (T *)a.dq + b * a.sdq[0] + h * a.sdq[2];
+    T *dqp = (T *)a.dq + fc_attn_row_offset(&sq, a.sdq, 0, h);
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
         const int ir = ty + 16 * r;
@@ -372,17 +424,20 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 /* ---------------------------------------------------------------- host */
 template <class T> static flashc_status fcc_bwd_prep_typed(const fcc_attn &p, void *Lbuf, void *Dbuf) {
     using A = typename fcc_type<T>::acc;
-    const int64_t blocks = (p.a.B * p.a.Hq * p.a.Sq + 7) / 8;
+    const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
+    const int64_t rows = rb.nb * p.a.Hq * rb.nq, blocks = (rows + 7) / 8;
     if (blocks > INT_MAX)
-        return fcc_error(FLASHC_ERR_UNSUPPORTED, "attn_bwd: B·Hq·Sq=%lld rows exceed the grid limit",
-                         (long long)(p.a.B * p.a.Hq * p.a.Sq));
-    fcc_bwd_prep_kernel<T><<<(unsigned)blocks, 256, 0, fcc_stream(p.a.stream)>>>(p, (A *)Lbuf, (A *)Dbuf);
+        return fcc_error(FLASHC_ERR_UNSUPPORTED, "attn_bwd: %lld rows (B·Hq·Sq, or Hq·total_q) exceed the grid limit",
+                         (long long)rows);
+    fcc_bwd_prep_kernel<T><<<(unsigned)blocks, 256, 0, fcc_stream(p.a.stream)>>>(p, (A *)Lbuf, (A *)Dbuf, rb.nb,
+                                                                                 rb.nq);
     FCC_CHECK_LAUNCH("fcc_bwd_prep_kernel");
     return FLASHC_OK;
 }
 
 flashc_status fcc_bwd_prep_run(const fcc_attn &p, void *Lbuf, void *Dbuf) {
-    if (p.a.B * p.a.Hq * p.a.Sq == 0) return FLASHC_OK;
+    const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
+    if (rb.nb * p.a.Hq * rb.nq == 0) return FLASHC_OK;
     FCC_DISPATCH_DTYPE(p.a.dtype, return fcc_bwd_prep_typed<T>(p, Lbuf, Dbuf));
     return FLASHC_OK;
 }
@@ -391,17 +446,18 @@ flashc_status fcc_bwd_dsinks_run(const fcc_attn &p, const void *Lbuf, const void
     if (!p.a.sink_logits) return FLASHC_OK;
     /* B·Sq = 0 still runs: dsinks = 0. */
     cudaStream_t st = fcc_stream(p.a.stream);
+    const bool rag = fc_attn_is_ragged(&p.a);
     if (p.a.dtype == FLASHC_F64)
-        fcc_bwd_dsinks_kernel<double><<<(unsigned)p.a.Hq, 256, 0, st>>>(p, (const double *)Lbuf,
-                                                                         (const double *)Dbuf);
+        (rag ? fcc_bwd_dsinks_kernel<double, true> : fcc_bwd_dsinks_kernel<double, false>)<<<(unsigned)p.a.Hq, 256, 0, st>>>(
+            p, (const double *)Lbuf, (const double *)Dbuf);
     else
-        fcc_bwd_dsinks_kernel<float><<<(unsigned)p.a.Hq, 256, 0, st>>>(p, (const float *)Lbuf,
-                                                                        (const float *)Dbuf);
+        (rag ? fcc_bwd_dsinks_kernel<float, true> : fcc_bwd_dsinks_kernel<float, false>)<<<(unsigned)p.a.Hq, 256, 0, st>>>(
+            p, (const float *)Lbuf, (const float *)Dbuf);
     FCC_CHECK_LAUNCH("fcc_bwd_dsinks_kernel");
     return FLASHC_OK;
 }
 
-template <class T, int DP, int V>
+template <class T, int DP, int V, bool RAG>
 static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fcc_type<T>::acc *Lbuf,
                                             const typename fcc_type<T>::acc *Dbuf) {
     using A = typename fcc_type<T>::acc;
@@ -410,8 +466,9 @@ static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fc
     cudaStream_t st = fcc_stream(a.stream);
     if (a.Sk > 0) {
         const size_t smem =
-            (size_t)(2 * C::BN * C::LD + 2 * C::BM * C::LD + 2 * C::BM * C::LP + 2 * C::BM) * sizeof(A);
-        auto kern = fcc_bwd_dkdv_kernel<T, DP, V>;
+            (size_t)(2 * C::BN * C::LD + 2 * C::BM * C::LD + 2 * C::BM * C::LP + 2 * C::BM) * sizeof(A) +
+            (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+        auto kern = fcc_bwd_dkdv_kernel<T, DP, V, RAG>;
         FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dK/dV)"));
         const int64_t nkb = (a.Sk + C::BN - 1) / C::BN;
         const int64_t blocks = nkb * a.Hkv * a.B;
@@ -422,8 +479,9 @@ static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fc
         FCC_CHECK_LAUNCH("fcc_bwd_dkdv_kernel");
     }
     if (a.Sq > 0) {
-        const size_t smem = (size_t)(2 * C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A);
-        auto kern = fcc_bwd_dq_kernel<T, DP, V>;
+        const size_t smem = (size_t)(2 * C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) +
+                            (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+        auto kern = fcc_bwd_dq_kernel<T, DP, V, RAG>;
         FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dQ)"));
         const int64_t nqb = (a.Sq + C::BM - 1) / C::BM;
         const int64_t blocks = nqb * a.Hq * a.B;
@@ -439,21 +497,24 @@ static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fc
 template <class T> static flashc_status fcc_bwd_generic_typed(const fcc_attn &p) {
     using A = typename fcc_type<T>::acc;
     cudaStream_t st = fcc_stream(p.a.stream);
-    const size_t nrows = (size_t)(p.a.B * p.a.Hq * p.a.Sq);
+    const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
+    const size_t nrows = (size_t)(rb.nb * p.a.Hq * rb.nq);
     A *Lbuf = nullptr, *Dbuf = nullptr;
     if (nrows > 0) {
-        FCC_CHECK(cudaMallocAsync((void **)&Lbuf, 2 * nrows * sizeof(A), st));
+        FCC_CHECK(fcc_scratch_alloc((void **)&Lbuf, 2 * nrows * sizeof(A), st));
         Dbuf = Lbuf + nrows;
     }
     flashc_status s = fcc_bwd_prep_run(p, Lbuf, Dbuf);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lbuf, Dbuf);
     if (s == FLASHC_OK) {
+        const bool rag = fc_attn_is_ragged(&p.a);
         FCC_DISPATCH_DP(p.a.D, s = fcc_score_dispatch<FCC_SCORE_FEW>(fc_score_mode(&p.score), [&](auto v) {
-            return fcc_bwd_generic_launch<T, DP, decltype(v)::value>(p, Lbuf, Dbuf);
+            return rag ? fcc_bwd_generic_launch<T, DP, decltype(v)::value, true>(p, Lbuf, Dbuf)
+                       : fcc_bwd_generic_launch<T, DP, decltype(v)::value, false>(p, Lbuf, Dbuf);
         }));
     }
     /* Stream-ordered: freed after the kernels above have run. */
-    if (Lbuf) cudaFreeAsync(Lbuf, st);
+    if (Lbuf) fcc_scratch_free(Lbuf, st);
     return s;
 }
 

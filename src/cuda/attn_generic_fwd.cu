@@ -16,7 +16,7 @@
  * loop bounds (fc_block_keysegs) plus the per-element test, so windows cost
  * O(window); rows end with fc_row_finish(f). F32 stays in fp32 (no TF32),
  * F64 in fp64, F16/BF16 compute in fp32 with P rounded to the storage type
- * before P·V.
+ * before P·V. Ragged problems: the RAG instantiation (attn_ragged.cuh).
  */
 #include "attn_generic.cuh"
 
@@ -32,11 +32,13 @@ __device__ __forceinline__ void fcc_row_finish(double M, double l, bool has_sink
 
 /* The logits of this thread's RM × RN scores of the key tile [j0, j0 + nj)
  * from raw dots s (in place): x = scale·s (plain) or the score pipeline
- * (variant V ≠ plain), −inf where the key is not visible (FC_KEY_VISIBLE) or past nj. */
+ * (variant V ≠ plain), −inf where the key is not visible (FC_KEY_VISIBLE) or past nj.
+ * sc: the score part of the block's sequence (attn_ragged.cuh). */
 template <int V, class A, class M, int RM, int RN>
-__device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p, const M &mod, int64_t i0, int ty,
-                                               int tx, int64_t j0, int nj, const int64_t (&se)[RM],
-                                               const int64_t (&lo)[RM], const int64_t (&hi)[RM]) {
+__device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p, const fc_score_params &sc,
+                                               const M &mod, int64_t i0, int ty, int tx, int64_t j0, int nj,
+                                               const int64_t (&se)[RM], const int64_t (&lo)[RM],
+                                               const int64_t (&hi)[RM]) {
     const A scale = (A)p.a.scale;
 #pragma unroll
     for (int r = 0; r < RM; ++r)
@@ -47,7 +49,7 @@ __device__ __forceinline__ void fcc_fwd_logits(A (&s)[RM][RN], const fcc_attn &p
             A x;
             if constexpr (V != FC_SCORE_PLAIN) {
                 A dg; /* the backward's factor, unused here */
-                x = fcc_gen_score<V>(mod, s[r][c], (A)fc_alibi_dist(&p.score, i, j), dg);
+                x = fcc_gen_score<V>(mod, s[r][c], (A)fc_alibi_dist(&sc, i, j), dg);
             } else {
                 x = s[r][c] * scale;
             }
@@ -86,7 +88,9 @@ __device__ __forceinline__ void fcc_fwd_softmax_row(const A (&x)[RN], A &m, A &l
     for (int c = 0; c < CD; ++c) o[c] *= alpha;
 }
 
-template <class T, int DP, int V>
+/* RAG: ragged problems (attn_ragged.cuh): blockIdx.x over the B sequences
+ * and the longest one's query blocks; K/V tiles through key-row tables. */
+template <class T, int DP, int V, bool RAG>
 __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant__ fcc_attn p, int64_t nqb) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
@@ -97,21 +101,28 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
     A *Ks = Qs + BM * LD;                         /* [BN][LD] */
     A *Vs = Ks + BN * LD;                         /* [BN][LD] */
     A *Ps = Vs + BN * LD;                         /* [BM][LP] */
+    int64_t *tK = reinterpret_cast<int64_t *>(Ps + BM * LP); /* RAG: [BN] key-row offsets of the K tile */
+    int64_t *tV = tK + BN;                                   /* RAG: [BN] ... of the V tile */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const fcc_qblock qbk = fcc_qblock_of<BM>(a, nqb);
     const int64_t b = qbk.b, h = qbk.h, hk = qbk.hk, i0 = qbk.i0;
-    const int ni = qbk.ni, D = (int)a.D;
+    /* Sequence b (attn_ragged.cuh; dense: the problem itself). */
+    const fc_seq sq = fcc_seq_of<RAG>(a, b);
+    if (RAG && i0 >= sq.Sq) return; /* past this sequence's rows */
+    const int ni = RAG ? (int)min((int64_t)BM, sq.Sq - i0) : qbk.ni, D = (int)a.D;
+    const fcc_seq_parts<RAG> sp(p, sq);
+    const fc_mask &mask = sp.mask(p);
     const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
 
-    const T *qp = (const T *)a.q + b * a.sq[0] + i0 * a.sq[1] + h * a.sq[2];
-    const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2];
+    const T *qp = (const T *)a.q + fc_attn_row_offset(&sq, a.sq, i0, h);
+    const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2]; /* dense only */
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
     fcc_load_tile<T, DP, BM>(Qs, qp, a.sq[1], a.sq[3], ni, D);
 
     int64_t se[RM], lo[RM], hi[RM]; /* this thread's rows ty + 16·r: their visible key ranges */
-    fcc_rows_visible(p.mask, i0, ni, ty, se, lo, hi);
+    fcc_rows_visible(mask, i0, ni, ty, se, lo, hi);
     A m[RM], l[RM], o[RM][CD];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
@@ -123,13 +134,20 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
 
     /* The keys some row of the block may see: ≤ 2 key segments. */
     fc_keysegs ks;
-    fc_block_keysegs(&p.mask, i0, i0 + ni - 1, &ks);
+    fc_block_keysegs(&mask, i0, i0 + ni - 1, &ks);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += BN) {
             const int nj = (int)min((int64_t)BN, ks.s1[sg] - j0);
             __syncthreads(); /* previous tile's K/V/P reads are done */
-            fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
-            fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
+            if constexpr (RAG) {
+                fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
+                __syncthreads();
+                fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
+                fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
+            } else {
+                fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
+                fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
+            }
             __syncthreads();
 
             /* S = Q Kᵀ for this thread's RM × RN scores */
@@ -151,7 +169,7 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
                     for (int c = 0; c < RN; ++c) s[r][c] = fma(qv[r], kv[c], s[r][c]);
             }
 
-            fcc_fwd_logits<V>(s, p, mod, i0, ty, tx, j0, nj, se, lo, hi);
+            fcc_fwd_logits<V>(s, p, sp.score(p), mod, i0, ty, tx, j0, nj, se, lo, hi);
 #pragma unroll
             for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
             __syncthreads();
@@ -163,7 +181,7 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
     /* Finish (fc_row_finish(f): sink logit, empty rows → O = 0, L = −inf or s_h). */
     const bool has_sink = a.sink_logits != nullptr;
     const A sink = (A)fc_attn_sink(&a, h);
-    T *op = (T *)a.o + b * a.so[0] + h * a.so[2];
+    T *op = (T *)a.o + fc_attn_row_offset(&sq, a.so, 0, h);
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
         const int ir = ty + 16 * r;
@@ -176,21 +194,22 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
             const int d = tx + 16 * c;
             if (d < D) op[i * a.so[1] + d * a.so[3]] = fcc_type<T>::from(o[r][c] * f);
         }
-        if (a.lse && tx == 0) ((A *)a.lse)[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]] = L;
+        if (a.lse && tx == 0) ((A *)a.lse)[fc_attn_lse_offset(&sq, a.slse, h, i)] = L;
     }
 }
 
-template <class T, int DP, int V> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
+template <class T, int DP, int V, bool RAG> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
     using A = typename fcc_type<T>::acc;
     using C = fcc_gen_cfg<A, DP>;
-    const size_t smem = (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A);
-    auto kern = fcc_attn_fwd_kernel<T, DP, V>;
+    const size_t smem = (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) +
+                        (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+    auto kern = fcc_attn_fwd_kernel<T, DP, V, RAG>;
     FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_fwd_generic"));
     const int64_t nqb = (p.a.Sq + C::BM - 1) / C::BM;
     const int64_t blocks = nqb * p.a.Hq * p.a.B;
     if (blocks > INT_MAX)
         return fcc_error(FLASHC_ERR_UNSUPPORTED,
-                         "attn_fwd_generic: %lld blocks (B·Hq·⌈Sq/%d⌉) exceed the grid limit",
+                         "attn_fwd_generic: %lld blocks (B·Hq·⌈Sq/%d⌉, Sq the longest sequence) exceed the grid limit",
                          (long long)blocks, C::BM);
     kern<<<(unsigned)blocks, C::THREADS, smem, fcc_stream(p.a.stream)>>>(p, nqb);
     FCC_CHECK_LAUNCH("fcc_attn_fwd_kernel");
@@ -202,8 +221,9 @@ flashc_status fcc_fwd_generic_run(const fcc_attn &p) {
     if (a.Sq == 0 || a.B == 0 || a.Hq == 0) return FLASHC_OK;
     /* The plain path scales before the max, so any sign of scale is fine there. */
     const int mode = fc_score_mode(&p.score);
+    const bool rag = fc_attn_is_ragged(&a);
     FCC_DISPATCH_DTYPE(a.dtype, FCC_DISPATCH_DP(a.D, return fcc_score_dispatch<FCC_SCORE_FEW>(mode, [&](auto v) {
-        return fcc_launch_fwd<T, DP, decltype(v)::value>(p);
+        return rag ? fcc_launch_fwd<T, DP, decltype(v)::value, true>(p) : fcc_launch_fwd<T, DP, decltype(v)::value, false>(p);
     })));
     return FLASHC_OK;
 }

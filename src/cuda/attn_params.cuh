@@ -60,12 +60,18 @@ __host__ __device__ __forceinline__ fc_score_modf fcc_score_mod_l2(const fcc_att
 }
 
 /* ------------------------------------------------------------------ plan */
-enum fcc_fwd_kernel { FCC_FWD_WGMMA = 0, FCC_FWD_MMA = 1, FCC_FWD_GENERIC = 2 };
+enum fcc_fwd_kernel { FCC_FWD_WGMMA = 0, FCC_FWD_MMA = 1, FCC_FWD_GENERIC = 2, FCC_FWD_DECODE = 3 };
 enum fcc_bwd_kernel { FCC_BWD_MMA = 0, FCC_BWD_GENERIC = 1 };
 
 /* What each kernel accepts (the generic ones accept every valid problem). */
 bool fcc_fwd_wgmma_supports(const fcc_attn &p);
 bool fcc_fwd_mma_supports(const fcc_attn &p);
+/* Split-KV decode (attn_decode.cu): F16/BF16, few query rows per kv head. */
+bool fcc_fwd_decode_supports(const fcc_attn &p);
+/* Its split count per work unit (row block × kv head × sequence) from the
+ * units, the key tiles a unit may visit, the CTA slots of the device
+ * (sm_count × CTAs per SM) and the warps per CTA. Pure. */
+int fcc_decode_splits(int64_t units, int64_t tiles, int64_t slots, int nw);
 bool fcc_bwd_mma_supports(const fcc_attn &p);
 
 /* forced: fc_knob_cuda_kernel() (FC_KNOB_AUTO, FC_KNOB_CUDA_GENERIC, FC_KNOB_CUDA_MMA). */
@@ -76,6 +82,7 @@ fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced);
 flashc_status fcc_fwd_wgmma_run(const fcc_attn &p);
 flashc_status fcc_fwd_mma_run(const fcc_attn &p);
 flashc_status fcc_fwd_generic_run(const fcc_attn &p);
+flashc_status fcc_fwd_decode_run(const fcc_attn &p);
 flashc_status fcc_bwd_mma_run(const fcc_attn &p);
 flashc_status fcc_bwd_generic_run(const fcc_attn &p);
 

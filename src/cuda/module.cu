@@ -72,6 +72,46 @@ flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name) {
     return FLASHC_OK;
 }
 
+/* Module-owned stream-ordered pools, one per device, created on first use
+ * (fc_cuda.cuh, fcc_scratch_alloc). Falls back to the device's current pool
+ * where pools cannot be created. */
+static cudaMemPool_t fcc_pool_of(int dev) {
+    enum { MAXDEV = 64 };
+    static cudaMemPool_t pools[MAXDEV];
+    static bool tried[MAXDEV];
+    static std::mutex mu;
+    if (dev < 0 || dev >= MAXDEV) return nullptr;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!tried[dev]) {
+        tried[dev] = true;
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t pool = nullptr;
+        if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+            uint64_t keep = FCC_POOL_KEEP;
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+            pools[dev] = pool;
+        } else {
+            (void)cudaGetLastError(); /* not sticky: clear it */
+        }
+    }
+    return pools[dev];
+}
+
+cudaError_t fcc_scratch_alloc(void **ptr, size_t bytes, cudaStream_t st) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    cudaMemPool_t pool = fcc_pool_of(dev);
+    return pool ? cudaMallocFromPoolAsync(ptr, bytes, pool, st) : cudaMallocAsync(ptr, bytes, st);
+}
+
+cudaError_t fcc_scratch_free(void *ptr, cudaStream_t st) { return cudaFreeAsync(ptr, st); }
+
 /* ------------------------------------------------------------ table */
 static const char *m_last_error(void) { return fcc_msg; }
 

@@ -100,34 +100,56 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
-/* Loads rows [row0, row0 + R) of a [*, D] slice (row stride rs, unit d
- * stride) into smem rows of pitch HD + 8, zero-filling rows ≥ nrows and
- * columns ≥ D up to HD, by NT threads (tid < NT). vec (16-byte aligned rows,
- * D % 8 == 0): cp.async, to be waited for by the caller; else plain loads,
- * visible after the same barrier that follows the cp.async wait. */
-template <typename T, int HD, int R, int NT>
-__device__ __forceinline__ void load_rows(T *s, const T *g, int64_t rs, int row0, int nrows, int D, bool vec,
-                                          int tid) {
+/* Loads rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch
+ * HD + 8, zero-filling rows ≥ nrows and columns ≥ D up to HD, by NT threads
+ * (tid < NT): tile row r (row row0 + r of the slice) starts at base + off(r),
+ * unit d stride (off(r) may be asked for any r < R; only rows < nrows are
+ * read). vec (16-byte aligned rows, D % 8 == 0): cp.async, to be waited for
+ * by the caller; else plain loads, visible after the same barrier that
+ * follows the cp.async wait. */
+template <typename T, int HD, int R, int NT, class Off>
+__device__ __forceinline__ void load_rows_at(T *s, const T *base, Off off, int row0, int nrows, int D, bool vec,
+                                             int tid) {
     constexpr int CPR = HD / 8, LD = HD + 8; /* 16-byte chunks per row; smem pitch */
     if (vec) {
 #pragma unroll
         for (int idx = tid; idx < R * CPR; idx += NT) {
             const int r = idx / CPR, c = idx % CPR;
             const bool ok = (row0 + r < nrows) && (c * 8 < D);
-            const T *src = ok ? g + (int64_t)(row0 + r) * rs + c * 8 : g;
+            const T *src = ok ? base + off(r) + c * 8 : base;
             cp_async16(smem_u32(s + r * LD + c * 8), src, ok);
         }
     } else {
         for (int idx = tid; idx < R * CPR; idx += NT) {
             const int r = idx / CPR, c = idx % CPR;
             const bool rok = row0 + r < nrows;
-            const T *src = g + (int64_t)(row0 + r) * rs;
+            const T *src = base + off(r);
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const int d = c * 8 + e;
                 s[r * LD + d] = (rok && d < D) ? src[d] : Ops<T>::from_f(0.f);
             }
         }
+    }
+}
+/* ... rows of a strided slice: row i at g + i·rs. */
+template <typename T, int HD, int R, int NT>
+__device__ __forceinline__ void load_rows(T *s, const T *g, int64_t rs, int row0, int nrows, int D, bool vec,
+                                          int tid) {
+    load_rows_at<T, HD, R, NT>(s, g, [=](int r) { return (int64_t)(row0 + r) * rs; }, row0, nrows, D, vec, tid);
+}
+/* ... the key rows [row0, row0 + R) of a ragged problem's tile (row0 a
+ * multiple of R) through the key-row table of attn_ragged.cuh (fcc_key_rows):
+ * contiguous tiles (per_tile): row r at base + tbl[0] + r·rs; else row r at
+ * base + tbl[r]. */
+template <typename T, int HD, int R, int NT>
+__device__ __forceinline__ void load_key_rows(T *s, const T *base, const int64_t *tbl, int64_t rs, bool per_tile,
+                                              int row0, int nrows, int D, bool vec, int tid) {
+    if (per_tile) {
+        const int64_t t0 = tbl[0];
+        load_rows_at<T, HD, R, NT>(s, base, [=](int r) { return t0 + (int64_t)r * rs; }, row0, nrows, D, vec, tid);
+    } else {
+        load_rows_at<T, HD, R, NT>(s, base, [=](int r) { return tbl[r]; }, row0, nrows, D, vec, tid);
     }
 }
 

@@ -25,7 +25,7 @@
  * Backward dw: rows are cut into nchunk fixed chunks (a function of R only);
  * each block sums its chunk for W columns into partial[chunk][d]; a second
  * kernel adds the chunks in order. No atomics: bit-identical on every run.
- * Temporaries are cudaMallocAsync'd on the stream.
+ * Temporaries are fcc_scratch_alloc'd on the stream (the module pool).
  */
 #include "fc_cuda.cuh"
 #include "common/knobs.h"
@@ -749,14 +749,14 @@ template <class T> static flashc_status fcc_wsum_fwd_fast(const fcc_wsum_args &g
         return FLASHC_OK;
     }
     A *part = nullptr;
-    FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(g.R * nchunk) * sizeof(A), st));
+    FCC_CHECK(fcc_scratch_alloc((void **)&part, (size_t)(g.R * nchunk) * sizeof(A), st));
     k<<<grid, 256, 0, st>>>(g, cv, nchunk, part);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
         fcc_wsum_fwd_combine<T><<<(unsigned)(g.R < 65536 ? g.R : 65536), 256, 0, st>>>(g, nchunk, part);
         e = cudaGetLastError();
     }
-    cudaFreeAsync(part, st);
+    fcc_scratch_free(part, st);
     if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_fwd_long (split)");
     return FLASHC_OK;
 }
@@ -776,7 +776,7 @@ template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
         const int64_t nsplit = (g.D + CHUNK - 1) / CHUNK;
         if (nsplit <= 65535) {
             A *part = nullptr;
-            FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(g.R * nsplit) * sizeof(A), st));
+            FCC_CHECK(fcc_scratch_alloc((void **)&part, (size_t)(g.R * nsplit) * sizeof(A), st));
             dim3 grid(fcc_grid_rows(g.R, 256 / 32), (unsigned)nsplit);
             fcc_wsum_fwd_kernel<T, 32><<<grid, 256, 0, st>>>(g, CHUNK, part);
             cudaError_t e = cudaGetLastError();
@@ -784,7 +784,7 @@ template <class T> static flashc_status fcc_wsum_fwd_typed(const fc_wsum *p) {
                 fcc_wsum_fwd_finish_kernel<T><<<(unsigned)((g.R + 255) / 256), 256, 0, st>>>(g, (int)nsplit, part);
                 e = cudaGetLastError();
             }
-            cudaFreeAsync(part, st);
+            fcc_scratch_free(part, st);
             if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_fwd_kernel (split)");
             return FLASHC_OK;
         }
@@ -871,7 +871,7 @@ static flashc_status fcc_launch_dw_cols(const fcc_wsum_args &g, cudaStream_t st)
         return FLASHC_OK;
     }
     A *part = nullptr;
-    FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(nchunk * g.D) * sizeof(A), st));
+    FCC_CHECK(fcc_scratch_alloc((void **)&part, (size_t)(nchunk * g.D) * sizeof(A), st));
     k<<<grid, 256, 0, st>>>(g, CR, nchunk, part);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
@@ -881,7 +881,7 @@ static flashc_status fcc_launch_dw_cols(const fcc_wsum_args &g, cudaStream_t st)
         fcc_wsum_dw_combine<T><<<(unsigned)((g.D + tcf - 1) / tcf), 1024, 0, st>>>(g, tcf, nchunk, part);
         e = cudaGetLastError();
     }
-    cudaFreeAsync(part, st);
+    fcc_scratch_free(part, st);
     if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_dw_cols");
     return FLASHC_OK;
 }
@@ -931,7 +931,7 @@ template <class T> static flashc_status fcc_wsum_bwd_typed(const fc_wsum *p) {
         const int64_t CR = nchunk > 0 ? (g.R + nchunk - 1) / nchunk : 0;
         A *part = nullptr;
         if (nchunk > 0) {
-            FCC_CHECK(cudaMallocAsync((void **)&part, (size_t)(nchunk * g.D) * sizeof(A), st));
+            FCC_CHECK(fcc_scratch_alloc((void **)&part, (size_t)(nchunk * g.D) * sizeof(A), st));
             cudaError_t e;
             const int64_t gx32 = (g.D + 31) / 32;
             if (g.D >= 32 || g.x_dstr != 1) {
@@ -941,13 +941,13 @@ template <class T> static flashc_status fcc_wsum_bwd_typed(const fc_wsum *p) {
             }
             e = cudaGetLastError();
             if (e != cudaSuccess) {
-                cudaFreeAsync(part, st);
+                fcc_scratch_free(part, st);
                 return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_dw_partial_kernel");
             }
         }
         fcc_wsum_dw_finish_kernel<T><<<(unsigned)((g.D + 255) / 256), 256, 0, st>>>(g, nchunk, part);
         cudaError_t e = cudaGetLastError();
-        if (part) cudaFreeAsync(part, st);
+        if (part) fcc_scratch_free(part, st);
         if (e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "launch of fcc_wsum_dw_finish_kernel");
     }
     return FLASHC_OK;

@@ -4,9 +4,11 @@
  * float64 CPU reference written here, on inputs rounded to the tested dtype.
  *
  *   flashc_cuda_selftest            all cases (about a minute on an H100)
- *   flashc_cuda_selftest --small    a few small cases (compute-sanitizer)
- *   flashc_cuda_selftest --bench    also time weighted_sum vs a device copy
- *                                   and the generic attention forward
+ *   flashc_cuda_selftest --small    a few small cases (compute-sanitizer),
+ *                                   ragged batches and KV caches included
+ *   flashc_cuda_selftest --bench    also time weighted_sum vs a device copy,
+ *                                   the generic attention forward and the
+ *                                   split-KV decode (issue 9's shapes) vs a copy
  *   flashc_cuda_selftest --bench-wsum   the weighted_sum timings alone (no tests)
  * Module path: $FLASHC_CUDA_MODULE, else the one built next to this program.
  * Exit 0 = all passed, 1 = a failure, 77 = no usable GPU (skipped).
@@ -168,6 +170,32 @@ static void report(const std::string &name, const char *what, double err, double
                nan ? " (NaN/inf/unwritten)" : "");
 }
 
+/* report() of rel_err(got, ref): the NaN flag is read after rel_err set it
+ * (as arguments of one call, their order would be unspecified). */
+static void report_rel(const std::string &name, const char *what, const std::vector<double> &got,
+                       const std::vector<double> &ref, double tol) {
+    bool nan = false;
+    const double err = rel_err(got, ref, &nan);
+    report(name, what, err, tol, nan);
+}
+
+/* A device copy of an int32 host array (index tensors). */
+static int32_t *dev_i32(const std::vector<int32_t> &h) {
+    void *p;
+    CK(M->malloc_(&p, std::max<size_t>(h.size() * 4, 4)));
+    if (!h.empty()) CK(M->memcpy_(p, h.data(), h.size() * 4, FLASHC_MEMCPY_HOST_TO_DEVICE));
+    return (int32_t *)p;
+}
+/* NaN (0xff bytes) over logical elements [i0, i1) of axis 1 at index `row` of axis 0 of a 4-D tensor. */
+static void poison_rows(Tensor &t, int64_t row, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+        for (int64_t h = 0; h < t.shape[2]; ++h)
+            for (int64_t d = 0; d < t.shape[3]; ++d) {
+                const int64_t idx[4] = {row, i, h, d};
+                memset(&t.host[t.off(idx) * dsize(t.dt)], 0xff, dsize(t.dt));
+            }
+}
+
 /* --------------------------------------------------------- attention */
 struct AttnCase {
     int dt;
@@ -276,8 +304,7 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     CK(M->attn_fwd(&a));
     CK(M->synchronize());
     auto Og = read_logical(o);
-    bool nan;
-    report(name, "O", rel_err(Og, Oref, &nan), attn_tol(dt, false), nan);
+    report_rel(name, "O", Og, Oref, attn_tol(dt, false));
     if (!c.lse_null) {
         auto Lg = read_logical(lse);
         double maxe = 0;
@@ -345,12 +372,12 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
         CK(M->synchronize());
         if (rep == 0) {
             auto g1 = read_logical(dq), g2 = read_logical(dk), g3 = read_logical(dv);
-            report(name, "dQ", rel_err(g1, dQr, &nan), attn_tol(dt, true), nan);
-            report(name, "dK", rel_err(g2, dKr, &nan), attn_tol(dt, true), nan);
-            report(name, "dV", rel_err(g3, dVr, &nan), attn_tol(dt, true), nan);
+            report_rel(name, "dQ", g1, dQr, attn_tol(dt, true));
+            report_rel(name, "dK", g2, dKr, attn_tol(dt, true));
+            report_rel(name, "dV", g3, dVr, attn_tol(dt, true));
             if (c.sinklog) {
                 auto g4 = read_logical(ds);
-                report(name, "dsinks", rel_err(g4, dSr, &nan), dt == FLASHC_F64 ? 1e-9 : 1e-3, nan);
+                report_rel(name, "dsinks", g4, dSr, dt == FLASHC_F64 ? 1e-9 : 1e-3);
             }
             first_dq = dq.host;
             first_dq.insert(first_dq.end(), dk.host.begin(), dk.host.end());
@@ -366,6 +393,769 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     free_tensor(q); free_tensor(k); free_tensor(v); free_tensor(o); free_tensor(lse);
     free_tensor(dO); free_tensor(dq); free_tensor(dk); free_tensor(dv);
     if (c.sinklog) { free_tensor(sl); free_tensor(ds); }
+}
+
+/* ------------------------------------ ragged batches (attn_ragged.cuh) */
+/* Packed varlen batches (forward and backward) and KV caches (contiguous,
+ * cache_batch_idx, paged; with an in-place append), as hand-built ragged
+ * fc_attn problems (flashc_internal.h) through the module table, under
+ * "generic" and (F16/BF16) "auto". The reference of each sequence is the
+ * dense float64 reference of that sequence alone (ref_seq_fwd / _bwd);
+ * head-major k, dv and padded rows where D is odd.
+ * Every row and key that belongs to no sequence is NaN (packed gap rows,
+ * cache positions past a sequence's length, unused cache rows and pages,
+ * block-table entries past a sequence's pages are garbage): a kernel that
+ * reads one fails. Rows of o / lse outside every sequence must stay
+ * unwritten; those of dq / dk / dv must be zeros; the cache must hold exactly
+ * the old keys plus the appended ones. */
+enum { RAG_VARLEN = 0, RAG_CACHE = 1, RAG_CBI = 2, RAG_PAGED = 3 };
+struct RagCase {
+    int dt, kind;
+    std::vector<int64_t> sq, sk; /* varlen: lengths; caches: sq = {Sn}, sk = cache_seqlens */
+    int64_t Hq, Hkv, D;
+    int causal;
+    int64_t wl, wr, nsink;
+    bool sinklog;
+    double softcap;
+    bool alibi;
+    int64_t page, snew; /* paged: page size; caches: appended tokens per sequence */
+    int det;            /* params.deterministic (0: the atomic dQ path where it applies) */
+    int64_t extra_q;    /* varlen: max_seqlen_q passed this much above the longest */
+};
+
+/* The options of a reference sequence; slopes: the sequence's [Hq] ALiBi
+ * slopes or NULL; sinks [Hq] or NULL. */
+struct RefSeq {
+    double scale, softcap;
+    int64_t wl, wr, nsink, Hq, Hkv, D;
+    const double *sinks, *slopes;
+};
+/* x_ij (natural units, −inf where masked) and g = ∂x/∂(scale·qk) of one
+ * sequence (Sq rows, Sk keys) for head h, row i, into x[Sk], g[Sk]. */
+static void ref_logits(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, int64_t h,
+                       int64_t i, double *x, double *g) {
+    const fc_mask mk = {Sq, Sk, r.wl, r.wr, r.nsink};
+    int64_t se, lo, hi;
+    fc_visible_keys(&mk, i, &se, &lo, &hi);
+    const int64_t G = r.Hq / r.Hkv;
+    for (int64_t j = 0; j < Sk; ++j) {
+        x[j] = -INFINITY;
+        g[j] = 0;
+        if (!(j < se || (j >= lo && j < hi))) continue;
+        double s = 0;
+        for (int64_t d = 0; d < r.D; ++d) s += Q[(i * r.Hq + h) * r.D + d] * K[(j * r.Hkv + h / G) * r.D + d];
+        s *= r.scale;
+        g[j] = 1;
+        if (r.softcap > 0) {
+            const double t = tanh(s / r.softcap);
+            s = r.softcap * t;
+            g[j] = 1 - t * t;
+        }
+        if (r.slopes) s -= r.slopes[h] * fabs((double)(i + Sk - Sq - j));
+        x[j] = s;
+    }
+}
+/* Q, O [Sq][Hq][D], K, V [Sk][Hkv][D]; L [Hq][Sq]. */
+static void ref_seq_fwd(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, const double *V,
+                        double *O, double *L) {
+    std::vector<double> x((size_t)std::max<int64_t>(Sk, 1)), g(x.size());
+    const int64_t G = r.Hq / r.Hkv;
+    for (int64_t h = 0; h < r.Hq; ++h)
+        for (int64_t i = 0; i < Sq; ++i) {
+            ref_logits(r, Sq, Sk, Q, K, h, i, x.data(), g.data());
+            double m = r.sinks ? r.sinks[h] : -INFINITY;
+            for (int64_t j = 0; j < Sk; ++j) m = std::max(m, x[j]);
+            double l = 0;
+            std::vector<double> acc((size_t)r.D, 0.0);
+            if (m > -INFINITY) {
+                for (int64_t j = 0; j < Sk; ++j) {
+                    if (x[j] == -INFINITY) continue;
+                    const double p = exp(x[j] - m);
+                    l += p;
+                    for (int64_t d = 0; d < r.D; ++d) acc[d] += p * V[(j * r.Hkv + h / G) * r.D + d];
+                }
+                if (r.sinks) l += exp(r.sinks[h] - m);
+            }
+            const bool any = m > -INFINITY && l > 0;
+            for (int64_t d = 0; d < r.D; ++d) O[(i * r.Hq + h) * r.D + d] = any ? acc[d] / l : 0.0;
+            L[h * Sq + i] = any ? m + log(l) : -INFINITY;
+        }
+}
+/* The backward on the given O, L (the forward's, as the module got them):
+ * dQ = , dK, dV, dS [Hq] += (dS summed over sequences). */
+static void ref_seq_bwd(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, const double *V,
+                        const double *dO, const double *O, const double *L, double *dQ, double *dK, double *dV,
+                        double *dS) {
+    std::vector<double> x((size_t)std::max<int64_t>(Sk, 1)), g(x.size());
+    const int64_t G = r.Hq / r.Hkv, D = r.D;
+    for (int64_t h = 0; h < r.Hq; ++h)
+        for (int64_t i = 0; i < Sq; ++i) {
+            const double Li = L[h * Sq + i];
+            const double *dOi = &dO[(i * r.Hq + h) * D], *Qi = &Q[(i * r.Hq + h) * D];
+            double Dl = 0;
+            for (int64_t d = 0; d < D; ++d) Dl += dOi[d] * O[(i * r.Hq + h) * D + d];
+            if (r.sinks && Li > -INFINITY) dS[h] -= exp(r.sinks[h] - Li) * Dl;
+            ref_logits(r, Sq, Sk, Q, K, h, i, x.data(), g.data());
+            for (int64_t j = 0; j < Sk; ++j) {
+                if (x[j] == -INFINITY) continue;
+                const double *Kj = &K[(j * r.Hkv + h / G) * D], *Vj = &V[(j * r.Hkv + h / G) * D];
+                double dp = 0;
+                for (int64_t d = 0; d < D; ++d) dp += dOi[d] * Vj[d];
+                const double p = exp(x[j] - Li), ds = p * (dp - Dl) * g[j];
+                for (int64_t d = 0; d < D; ++d) {
+                    dV[(j * r.Hkv + h / G) * D + d] += p * dOi[d];
+                    dK[(j * r.Hkv + h / G) * D + d] += r.scale * ds * Qi[d];
+                    dQ[(i * r.Hq + h) * D + d] += r.scale * ds * Kj[d];
+                }
+            }
+        }
+}
+
+/* Rows [t0, t1) (axis 1) × heads × D of a 4-D tensor at axis-0 index a0, as doubles [t][h][d]. */
+static std::vector<double> rows_of(const Tensor &t, int64_t a0, int64_t t0, int64_t t1) {
+    std::vector<double> out;
+    out.reserve((size_t)((t1 - t0) * t.shape[2] * t.shape[3]));
+    for (int64_t i = t0; i < t1; ++i)
+        for (int64_t h = 0; h < t.shape[2]; ++h)
+            for (int64_t d = 0; d < t.shape[3]; ++d) {
+                const int64_t idx[4] = {a0, i, h, d};
+                out.push_back(at(t, idx));
+            }
+    return out;
+}
+/* Are the bytes of rows [t0, t1) × every head of a 4-D tensor (axis-0 index a0) all 0xff (unwritten)? */
+static bool rows_poisoned(const Tensor &t, int64_t a0, int64_t t0, int64_t t1) {
+    for (int64_t i = t0; i < t1; ++i)
+        for (int64_t h = 0; h < t.shape[2]; ++h)
+            for (int64_t d = 0; d < t.shape[3]; ++d) {
+                const int64_t idx[4] = {a0, i, h, d};
+                const unsigned char *p = &t.host[t.off(idx) * dsize(t.dt)];
+                for (size_t e = 0; e < dsize(t.dt); ++e)
+                    if (p[e] != 0xff) return false;
+            }
+    return true;
+}
+/* Max |L − Lref| over finite pairs; bad when an infinity differs or a NaN appears. */
+static double lse_err(const std::vector<double> &Lg, const std::vector<double> &Lr, bool *bad) {
+    double maxe = 0;
+    *bad = false;
+    for (size_t r = 0; r < Lg.size(); ++r) {
+        if (std::isinf(Lr[r]) || std::isinf(Lg[r])) { *bad |= Lg[r] != Lr[r]; continue; }
+        if (std::isnan(Lg[r])) { *bad = true; continue; }
+        maxe = std::max(maxe, fabs(Lg[r] - Lr[r]));
+    }
+    return maxe;
+}
+
+static void run_ragged(const RagCase &c, std::mt19937_64 &rng, const char *mode) {
+    static const char *kinds[] = {"varlen", "kvcache", "kvcache+cbi", "paged"};
+    std::string lens;
+    for (size_t b = 0; b < c.sk.size(); ++b)
+        lens += (b ? "," : "") + std::to_string(c.kind == RAG_VARLEN ? c.sq[b] : c.sq[0]) + "/" + std::to_string(c.sk[b]);
+    char nm[300];
+    snprintf(nm, sizeof nm, "ragged[%s] %s%s %s H%lld/%lld D%lld [%s] new%lld c%d w(%lld,%lld) ns%lld%s%s%s%s",
+             mode, kinds[c.kind], c.kind == RAG_PAGED ? std::to_string(c.page).c_str() : "", dname(c.dt),
+             (long long)c.Hq, (long long)c.Hkv, (long long)c.D, lens.c_str(), (long long)c.snew, c.causal,
+             (long long)c.wl, (long long)c.wr, (long long)c.nsink, c.sinklog ? " sl" : "", c.softcap > 0 ? " cap" : "",
+             c.alibi ? " alibi" : "", c.det ? "" : " nondet");
+    const std::string name = nm;
+    setenv("FLASHC_CUDA_KERNEL", mode, 1);
+    const int dt = c.dt, ldt = dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    const int64_t B = (int64_t)c.sk.size(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    const bool vl = c.kind == RAG_VARLEN;
+    const int perm[4] = {0, 1, 2, 3}, perm_h[4] = {0, 2, 1, 3};
+    const int64_t lead = 2, trail = 3; /* varlen: packed rows before the first and after the last sequence */
+
+    /* Sequence lengths and where their rows live. */
+    std::vector<int64_t> sq(B), sk(B); /* sk: the keys attended (cache: after the append) */
+    std::vector<int32_t> cuq(B + 1), cuk(B + 1), lens32(B);
+    cuq[0] = cuk[0] = (int32_t)lead;
+    for (int64_t b = 0; b < B; ++b) {
+        sq[b] = vl ? c.sq[b] : c.sq[0];
+        sk[b] = c.sk[b] + (vl ? 0 : c.snew);
+        lens32[b] = (int32_t)c.sk[b];
+        cuq[b + 1] = cuq[b] + (int32_t)sq[b];
+        cuk[b + 1] = cuk[b] + (int32_t)sk[b];
+    }
+    const int64_t Sq = *std::max_element(sq.begin(), sq.end()) + (vl ? c.extra_q : 0);
+    const int64_t Skmax = *std::max_element(sk.begin(), sk.end());
+    const int64_t Tq = cuq[B] + trail, Tk = cuk[B] + trail;
+
+    /* q, o, lse: packed [1, Tq, Hq, D] / [1, Hq, Tq], or [B, Sn, Hq, D] / [B, Hq, Sn] */
+    const int64_t qs[4] = {vl ? 1 : B, vl ? Tq : Sq, Hq, D}, ls[3] = {qs[0], Hq, qs[1]};
+    const int lperm[3] = {0, 1, 2};
+    Tensor q = make_tensor(dt, 4, qs, perm), o = make_tensor(dt, 4, qs, perm);
+    Tensor lse = make_tensor(ldt, 3, ls, lperm);
+    fill_random(q, rng);
+    /* The row of sequence b's query i along (axis 0, axis 1). */
+    auto qrow = [&](int64_t b, int64_t i, int64_t &a0, int64_t &a1) { a0 = vl ? 0 : b; a1 = vl ? cuq[b] + i : i; };
+
+    /* k, v: packed [1, Tk, Hkv, D] (varlen, k head-major when D is odd);
+     * cache rows [Bc, Sc, Hkv, D]; pages [P, page, Hkv, D]. */
+    std::vector<int32_t> cbi, bt;
+    int64_t ks[4] = {1, Tk, Hkv, D}, Bk = 1, maxp = 0, cap = 0;
+    const int64_t ps = c.page;
+    if (c.kind == RAG_CACHE || c.kind == RAG_CBI) {
+        cap = Skmax + 3;
+        Bk = c.kind == RAG_CBI ? B + 2 : B;
+        ks[0] = Bk;
+        ks[1] = cap;
+        if (c.kind == RAG_CBI) {
+            cbi.resize(Bk);
+            for (int64_t i = 0; i < Bk; ++i) cbi[i] = (int32_t)i;
+            std::shuffle(cbi.begin(), cbi.end(), rng);
+            cbi.resize(B);
+        }
+    } else if (c.kind == RAG_PAGED) {
+        maxp = (Skmax + ps - 1) / ps + 1; /* one more entry than the longest needs: garbage */
+        cap = maxp * ps;
+        int64_t P = 2; /* two unused pages */
+        for (int64_t b = 0; b < B; ++b) P += (sk[b] + ps - 1) / ps;
+        std::vector<int32_t> ids(P);
+        for (int64_t i = 0; i < P; ++i) ids[i] = (int32_t)i;
+        std::shuffle(ids.begin(), ids.end(), rng);
+        bt.assign(B * maxp, 0);
+        int64_t next = 0;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t pg = 0; pg < maxp; ++pg)
+                bt[b * maxp + pg] = pg < (sk[b] + ps - 1) / ps ? ids[next++] : (pg % 2 ? -7 : 1 << 30); /* never read */
+        Bk = ks[0] = P;
+        ks[1] = ps;
+    }
+    /* odd D (the plain-load paths anyway): k head-major, v rows padded */
+    const bool odd = D % 2 == 1;
+    Tensor k = make_tensor(dt, 4, ks, odd ? perm_h : perm), v = make_tensor(dt, 4, ks, perm, -1, -1, odd ? 3 : 0);
+    /* Where key j of sequence b lives (axis 0, axis 1). */
+    auto key_at = [&](int64_t b, int64_t j, int64_t &a0, int64_t &a1) {
+        switch (c.kind) {
+        case RAG_VARLEN: a0 = 0; a1 = cuk[b] + j; break;
+        case RAG_CBI: a0 = cbi[b]; a1 = j; break;
+        case RAG_PAGED: a0 = bt[b * maxp + j / ps]; a1 = j % ps; break;
+        default: a0 = b; a1 = j;
+        }
+    };
+    /* Random keys where a sequence's (old) keys live, NaN everywhere else. */
+    std::normal_distribution<double> nd(0.0, 1.0);
+    for (Tensor *t : {&k, &v}) {
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t j = 0; j < (vl ? sk[b] : c.sk[b]); ++j)
+                for (int64_t hk = 0; hk < Hkv; ++hk)
+                    for (int64_t d = 0; d < D; ++d) {
+                        int64_t a0, a1;
+                        key_at(b, j, a0, a1);
+                        const int64_t idx[4] = {a0, a1, hk, d};
+                        put(dt, &t->host[t->off(idx) * dsize(dt)], nd(rng));
+                    }
+        upload(*t);
+    }
+    if (vl) { /* packed query gap rows: NaN */
+        poison_rows(q, 0, 0, lead);
+        poison_rows(q, 0, cuq[B], Tq);
+        upload(q);
+    }
+    const std::vector<unsigned char> k0 = k.host, v0 = v.host; /* the cache before the append */
+    Tensor kn, vn;
+    if (c.snew > 0 && !vl) {
+        const int64_t ns[4] = {B, c.snew, Hkv, D};
+        kn = make_tensor(dt, 4, ns, perm);
+        vn = make_tensor(dt, 4, ns, perm_h);
+        fill_random(kn, rng);
+        fill_random(vn, rng);
+    }
+
+    Tensor sl, al;
+    std::vector<double> sinks, slopes;
+    const int sp1[1] = {0};
+    if (c.sinklog) {
+        const int64_t ss[1] = {Hq};
+        sl = make_tensor(ldt, 1, ss, sp1);
+        sinks = fill_random(sl, rng, 2.0);
+    }
+    if (c.alibi) {
+        const int64_t as[2] = {B, Hq};
+        const int ap[2] = {0, 1};
+        al = make_tensor(ldt, 2, as, ap);
+        slopes.resize(B * Hq);
+        std::uniform_real_distribution<double> u(0.0, 0.1);
+        for (int64_t e = 0; e < B * Hq; ++e) slopes[e] = put(ldt, &al.host[e * dsize(ldt)], u(rng));
+        upload(al);
+    }
+
+    fc_attn a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.B = B; a.Sq = Sq; a.Sk = vl ? Skmax : cap; a.Hq = Hq; a.Hkv = Hkv; a.D = D;
+    a.q = q.ptr(); a.k = k.ptr(); a.v = v.ptr(); a.o = o.ptr(); a.lse = lse.ptr();
+    memcpy(a.sq, q.str, 32); memcpy(a.sk, k.str, 32); memcpy(a.sv, v.str, 32); memcpy(a.so, o.str, 32);
+    memcpy(a.slse, lse.str, 24);
+    a.scale = 1.0 / sqrt((double)D);
+    a.wl = c.wl;
+    a.wr = c.causal ? 0 : c.wr;
+    a.n_sink = c.nsink;
+    a.sink_logits = c.sinklog ? sl.ptr() : nullptr;
+    a.ssink = 1;
+    a.sdsink = 1;
+    a.softcap = c.softcap;
+    a.alibi = c.alibi ? al.ptr() : nullptr;
+    a.salibi[0] = Hq;
+    a.salibi[1] = 1;
+    a.deterministic = c.det;
+    a.Bk = Bk;
+    std::vector<int32_t *> idx_dev;
+    auto dev = [&](const std::vector<int32_t> &h) { idx_dev.push_back(dev_i32(h)); return idx_dev.back(); };
+    if (vl) {
+        a.cu_q = dev(cuq);
+        a.cu_k = dev(cuk);
+        a.scu_q = a.scu_k = 1;
+        a.Tq = Tq;
+        a.Tk = Tk;
+        a.sq[0] = a.so[0] = a.sk[0] = a.sv[0] = a.slse[0] = 0; /* packed: batch strides 0 */
+    } else {
+        a.seqlen_k = dev(lens32);
+        a.sseqlen_k = 1;
+        a.seqlen_k_add = c.snew;
+        if (c.kind == RAG_CBI) {
+            a.kv_batch = dev(cbi);
+            a.skv_batch = 1;
+        }
+        if (c.kind == RAG_PAGED) {
+            a.block_table = dev(bt);
+            a.sbt[0] = maxp;
+            a.sbt[1] = 1;
+            a.max_pages = maxp;
+            a.page_size = ps;
+        }
+        if (c.snew > 0) {
+            a.k_new = kn.ptr();
+            a.v_new = vn.ptr();
+            memcpy(a.skn, kn.str, 32);
+            memcpy(a.svn, vn.str, 32);
+            a.S_new = c.snew;
+        }
+    }
+
+    /* Each sequence alone, as doubles: Q [Sq_b][Hq][D], K/V [Sk_b][Hkv][D]. */
+    std::vector<std::vector<double>> Qs(B), Ks(B), Vs(B);
+    for (int64_t b = 0; b < B; ++b) {
+        int64_t a0, a1;
+        qrow(b, 0, a0, a1);
+        Qs[b] = rows_of(q, a0, a1, a1 + sq[b]);
+        for (int64_t j = 0; j < sk[b]; ++j)
+            for (int64_t hk = 0; hk < Hkv; ++hk)
+                for (int64_t d = 0; d < D; ++d) {
+                    double kv[2];
+                    if (!vl && j >= c.sk[b]) { /* appended */
+                        const int64_t idx[4] = {b, j - c.sk[b], hk, d};
+                        kv[0] = at(kn, idx);
+                        kv[1] = at(vn, idx);
+                    } else {
+                        key_at(b, j, a0, a1);
+                        const int64_t idx[4] = {a0, a1, hk, d};
+                        kv[0] = at(k, idx);
+                        kv[1] = at(v, idx);
+                    }
+                    Ks[b].push_back(kv[0]);
+                    Vs[b].push_back(kv[1]);
+                }
+    }
+    auto refseq = [&](int64_t b) {
+        return RefSeq{a.scale, c.softcap, a.wl, a.wr, a.n_sink, Hq, Hkv, D, c.sinklog ? sinks.data() : nullptr,
+                      c.alibi ? &slopes[b * Hq] : nullptr};
+    };
+
+    /* ---- forward */
+    poison(o);
+    poison(lse);
+    CK(M->attn_fwd(&a));
+    CK(M->synchronize());
+    download(o);
+    download(lse);
+    std::vector<double> Og, Or, Lg, Lr;
+    std::vector<std::vector<double>> Ogs(B), Lgs(B);
+    for (int64_t b = 0; b < B; ++b) {
+        std::vector<double> O((size_t)(sq[b] * Hq * D)), L((size_t)(sq[b] * Hq));
+        ref_seq_fwd(refseq(b), sq[b], sk[b], Qs[b].data(), Ks[b].data(), Vs[b].data(), O.data(), L.data());
+        int64_t a0, a1;
+        qrow(b, 0, a0, a1);
+        Ogs[b] = rows_of(o, a0, a1, a1 + sq[b]);
+        Og.insert(Og.end(), Ogs[b].begin(), Ogs[b].end());
+        Or.insert(Or.end(), O.begin(), O.end());
+        Lgs[b].resize((size_t)(Hq * sq[b]));
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = 0; i < sq[b]; ++i) {
+                const int64_t idx[3] = {a0, h, a1 + i};
+                Lgs[b][h * sq[b] + i] = at(lse, idx);
+            }
+        Lg.insert(Lg.end(), Lgs[b].begin(), Lgs[b].end());
+        Lr.insert(Lr.end(), L.begin(), L.end());
+    }
+    const double cap_tol = c.softcap > 0 && dt != FLASHC_F32 && dt != FLASHC_F64 ? 2e-3 : 0.0; /* tanh.approx */
+    report_rel(name, "O", Og, Or, attn_tol(dt, false) + cap_tol);
+    bool bad;
+    const double le = lse_err(Lg, Lr, &bad);
+    report(name, "LSE", le, (dt == FLASHC_F64 ? 1e-10 : 1e-4) + (cap_tol > 0 ? c.softcap * 1e-3 : 0.0), bad);
+    if (vl) { /* o and lse rows of no sequence: unwritten */
+        bool untouched = rows_poisoned(o, 0, 0, lead) && rows_poisoned(o, 0, cuq[B], Tq);
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t t = 0; t < Tq; ++t) {
+                if (t >= lead && t < cuq[B]) continue;
+                const int64_t idx[3] = {0, h, t};
+                untouched = untouched && std::isnan(at(lse, idx));
+            }
+        report(name, "gaps", untouched ? 0.0 : 1.0, 0.0, false);
+    } else if (c.snew > 0) { /* the cache: old keys unchanged, the new ones appended, nothing else written */
+        std::vector<unsigned char> kw = k0, vw = v0;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < c.snew; ++t)
+                for (int64_t hk = 0; hk < Hkv; ++hk)
+                    for (int64_t d = 0; d < D; ++d) {
+                        int64_t a0, a1;
+                        key_at(b, c.sk[b] + t, a0, a1);
+                        const int64_t ci[4] = {a0, a1, hk, d}, ni[4] = {b, t, hk, d};
+                        memcpy(&kw[k.off(ci) * dsize(dt)], &kn.host[kn.off(ni) * dsize(dt)], dsize(dt));
+                        memcpy(&vw[v.off(ci) * dsize(dt)], &vn.host[vn.off(ni) * dsize(dt)], dsize(dt));
+                    }
+        download(k);
+        download(v);
+        report(name, "append", k.host == kw && v.host == vw ? 0.0 : 1.0, 0.0, false);
+    }
+
+    /* ---- backward (varlen), on the forward's own o and lse */
+    if (vl) {
+        Tensor dO = make_tensor(dt, 4, qs, perm, -1, -1, odd ? 1 : 0);
+        fill_random(dO, rng);
+        poison_rows(dO, 0, 0, lead);
+        poison_rows(dO, 0, cuq[B], Tq);
+        upload(dO);
+        Tensor dq = make_tensor(dt, 4, qs, perm), dk = make_tensor(dt, 4, ks, perm), dv = make_tensor(dt, 4, ks, perm_h);
+        Tensor ds;
+        if (c.sinklog) {
+            const int64_t ss[1] = {Hq};
+            ds = make_tensor(ldt, 1, ss, sp1);
+        }
+        a.dout = dO.ptr(); memcpy(a.sdo, dO.str, 32);
+        a.dq = dq.ptr(); a.dk = dk.ptr(); a.dv = dv.ptr();
+        memcpy(a.sdq, dq.str, 32); memcpy(a.sdk, dk.str, 32); memcpy(a.sdv, dv.str, 32);
+        a.sdo[0] = a.sdq[0] = a.sdk[0] = a.sdv[0] = 0;
+        a.dsinks = c.sinklog ? ds.ptr() : nullptr;
+        /* references over every packed row: zeros outside the sequences */
+        std::vector<double> dQr((size_t)(Tq * Hq * D), 0.0), dKr((size_t)(Tk * Hkv * D), 0.0), dVr(dKr.size(), 0.0),
+            dSr((size_t)Hq, 0.0);
+        for (int64_t b = 0; b < B; ++b) {
+            const std::vector<double> dOb = rows_of(dO, 0, cuq[b], cuq[b] + sq[b]);
+            ref_seq_bwd(refseq(b), sq[b], sk[b], Qs[b].data(), Ks[b].data(), Vs[b].data(), dOb.data(),
+                        Ogs[b].data(), Lgs[b].data(), &dQr[cuq[b] * Hq * D], &dKr[cuk[b] * Hkv * D],
+                        &dVr[cuk[b] * Hkv * D], dSr.data());
+        }
+        std::vector<unsigned char> first;
+        for (int rep = 0; rep < (c.det ? 2 : 1); ++rep) {
+            poison(dq); poison(dk); poison(dv);
+            if (c.sinklog) poison(ds);
+            CK(M->attn_bwd(&a));
+            CK(M->synchronize());
+            auto g1 = read_logical(dq), g2 = read_logical(dk), g3 = read_logical(dv);
+            std::vector<unsigned char> all = dq.host;
+            all.insert(all.end(), dk.host.begin(), dk.host.end());
+            all.insert(all.end(), dv.host.begin(), dv.host.end());
+            if (rep == 1) { report(name, "determ", all == first ? 0.0 : 1.0, 0.0, false); break; }
+            first = all;
+            const double tb = attn_tol(dt, true) + (cap_tol > 0 ? 5e-3 : 0.0);
+            report_rel(name, "dQ", g1, dQr, tb);
+            report_rel(name, "dK", g2, dKr, tb);
+            report_rel(name, "dV", g3, dVr, tb);
+            if (c.sinklog) report_rel(name, "dsinks", read_logical(ds), dSr, dt == FLASHC_F64 ? 1e-9 : 1e-3);
+        }
+        free_tensor(dO); free_tensor(dq); free_tensor(dk); free_tensor(dv);
+        if (c.sinklog) free_tensor(ds);
+    }
+    free_tensor(q); free_tensor(o); free_tensor(lse); free_tensor(k); free_tensor(v);
+    if (c.snew > 0 && !vl) { free_tensor(kn); free_tensor(vn); }
+    if (c.sinklog) free_tensor(sl);
+    if (c.alibi) free_tensor(al);
+    for (int32_t *p : idx_dev) M->free_(p);
+}
+
+/* Index arrays out of range (the CUDA module does not inspect them, flashc.h):
+ * decreasing and out-of-range cu_seqlens, a too small max_seqlen, cache
+ * lengths past the capacity and negative, page ids and cache rows out of
+ * range. The results are unspecified; the calls must succeed and never
+ * touch memory outside the tensors (compute-sanitizer memcheck, --small). */
+static void run_ragged_clamps(std::mt19937_64 &rng, const char *mode) {
+    setenv("FLASHC_CUDA_KERNEL", mode, 1);
+    const std::string name = std::string("ragged[") + mode + "] clamps";
+    const int dt = FLASHC_BF16, perm[4] = {0, 1, 2, 3}, lperm[3] = {0, 1, 2};
+    const int64_t B = 4, Hq = 4, Hkv = 2, D = 64, T = 50;
+    const int64_t qs[4] = {1, T, Hq, D}, ks[4] = {1, T, Hkv, D}, ls[3] = {1, Hq, T};
+    Tensor q = make_tensor(dt, 4, qs, perm), k = make_tensor(dt, 4, ks, perm), v = make_tensor(dt, 4, ks, perm);
+    Tensor o = make_tensor(dt, 4, qs, perm), lse = make_tensor(FLASHC_F32, 3, ls, lperm);
+    Tensor dO = make_tensor(dt, 4, qs, perm), dq = make_tensor(dt, 4, qs, perm), dk = make_tensor(dt, 4, ks, perm),
+           dv = make_tensor(dt, 4, ks, perm);
+    for (Tensor *t : {&q, &k, &v, &dO}) fill_random(*t, rng);
+    std::vector<int32_t *> idx_dev;
+    auto dev = [&](const std::vector<int32_t> &h) { idx_dev.push_back(dev_i32(h)); return idx_dev.back(); };
+    fc_attn a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.B = B; a.Sq = 16; a.Sk = 16; a.Hq = Hq; a.Hkv = Hkv; a.D = D;
+    a.q = q.ptr(); a.k = k.ptr(); a.v = v.ptr(); a.o = o.ptr(); a.lse = lse.ptr();
+    memcpy(a.sq, q.str, 32); memcpy(a.sk, k.str, 32); memcpy(a.sv, v.str, 32); memcpy(a.so, o.str, 32);
+    memcpy(a.slse, lse.str, 24);
+    a.sq[0] = a.sk[0] = a.sv[0] = a.so[0] = a.slse[0] = 0;
+    a.scale = 0.125; a.wl = -1; a.wr = 0; a.deterministic = 1;
+    a.cu_q = dev({40, 10, -5, 1000, 30});
+    a.cu_k = dev({3, 60, 20, 20, -1});
+    a.scu_q = a.scu_k = 1;
+    a.Tq = a.Tk = T;
+    a.Bk = 1;
+    flashc_status s1 = M->attn_fwd(&a);
+    if (s1 == FLASHC_OK) s1 = M->synchronize();
+    a.dout = dO.ptr(); a.dq = dq.ptr(); a.dk = dk.ptr(); a.dv = dv.ptr();
+    memcpy(a.sdo, dO.str, 32); memcpy(a.sdq, dq.str, 32); memcpy(a.sdk, dk.str, 32); memcpy(a.sdv, dv.str, 32);
+    a.sdo[0] = a.sdq[0] = a.sdk[0] = a.sdv[0] = 0;
+    flashc_status s2 = M->attn_bwd(&a);
+    if (s2 == FLASHC_OK) s2 = M->synchronize();
+    /* paged KV cache [P = 3, page 16] with an append, then cache rows with cache_batch_idx */
+    const int64_t cs[4] = {3, 16, Hkv, D}, qs2[4] = {B, 20, Hq, D}, ns[4] = {B, 2, Hkv, D}, ls2[3] = {B, Hq, 20};
+    Tensor kc = make_tensor(dt, 4, cs, perm), vc = make_tensor(dt, 4, cs, perm), q2 = make_tensor(dt, 4, qs2, perm),
+           o2 = make_tensor(dt, 4, qs2, perm), l2 = make_tensor(FLASHC_F32, 3, ls2, lperm),
+           kn = make_tensor(dt, 4, ns, perm), vn = make_tensor(dt, 4, ns, perm);
+    for (Tensor *t : {&kc, &vc, &q2, &kn, &vn}) fill_random(*t, rng);
+    fc_attn c;
+    memset(&c, 0, sizeof c);
+    c.dtype = dt;
+    c.B = B; c.Sq = 20; c.Hq = Hq; c.Hkv = Hkv; c.D = D;
+    c.q = q2.ptr(); c.k = kc.ptr(); c.v = vc.ptr(); c.o = o2.ptr(); c.lse = l2.ptr();
+    memcpy(c.sq, q2.str, 32); memcpy(c.sk, kc.str, 32); memcpy(c.sv, vc.str, 32); memcpy(c.so, o2.str, 32);
+    memcpy(c.slse, l2.str, 24);
+    c.scale = 0.125; c.wl = -1; c.wr = -1; c.deterministic = 1;
+    c.seqlen_k = dev({5, 1 << 30, -40, 47});
+    c.sseqlen_k = 1;
+    c.k_new = kn.ptr(); c.v_new = vn.ptr();
+    memcpy(c.skn, kn.str, 32); memcpy(c.svn, vn.str, 32);
+    c.S_new = c.seqlen_k_add = 2;
+    c.block_table = dev({0, 9, 2, -3, 1 << 30, 1, 2, 2, 0, 1, 2, 7});
+    c.sbt[0] = 3; c.sbt[1] = 1;
+    c.max_pages = 3; c.page_size = 16;
+    c.Sk = 48;
+    c.Bk = 3;
+    flashc_status s3 = M->attn_fwd(&c);
+    if (s3 == FLASHC_OK) s3 = M->synchronize();
+    c.block_table = nullptr; c.max_pages = c.page_size = 0; c.sbt[0] = c.sbt[1] = 0;
+    c.kv_batch = dev({2, -1, 7, 0});
+    c.skv_batch = 1;
+    c.Sk = 16; /* cache rows [3, 16] */
+    flashc_status s4 = M->attn_fwd(&c);
+    if (s4 == FLASHC_OK) s4 = M->synchronize();
+    report(name, "status", s1 == FLASHC_OK && s2 == FLASHC_OK && s3 == FLASHC_OK && s4 == FLASHC_OK ? 0.0 : 1.0, 0.0,
+           false);
+    for (Tensor *t : {&q, &k, &v, &o, &lse, &dO, &dq, &dk, &dv, &kc, &vc, &q2, &o2, &l2, &kn, &vn}) free_tensor(*t);
+    for (int32_t *p : idx_dev) M->free_(p);
+}
+
+/* The ragged cases. Query lengths past 64 rows per sequence keep the
+ * split-KV decode kernel out ("auto" then runs the mma.sync kernels);
+ * decode-sized cases run it. small: a few small ones (compute-sanitizer). */
+static std::vector<RagCase> ragged_cases(bool small) {
+    std::vector<RagCase> v;
+    /* dt, kind, sq, sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, softcap, alibi, page, snew, det, extra_q */
+    v.push_back({FLASHC_F16, RAG_VARLEN, {0, 1, 70, 33}, {5, 1, 90, 0}, 4, 2, 64, 1, -1, -1, 0, true, 0, false, 0, 0, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {1}, {0, 37, 16, 5}, 4, 2, 128, 1, -1, -1, 0, false, 0, true, 16, 1, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {70}, {3, 0, 100}, 4, 1, 64, 1, 40, -1, 2, true, 0, false, 1, 70, 1, 0});
+    v.push_back({FLASHC_F32, RAG_CBI, {3}, {7, 0, 20}, 4, 2, 40, 0, -1, -1, 0, false, 5.0, true, 0, 2, 1, 0});
+    if (small) return v;
+    v.push_back({FLASHC_BF16, RAG_VARLEN, {1, 130, 0, 77, 65}, {1, 150, 9, 77, 0}, 4, 2, 128, 0, 32, 0, 2, false, 0, true, 0, 0, 1, 0});
+    v.push_back({FLASHC_F16, RAG_VARLEN, {100, 66, 3}, {80, 200, 3}, 6, 3, 40, 0, -1, -1, 0, true, 4.0, false, 0, 0, 1, 0});
+    v.push_back({FLASHC_F32, RAG_VARLEN, {0, 50, 1, 90}, {10, 70, 1, 60}, 4, 1, 64, 1, -1, -1, 3, true, 0, true, 0, 0, 1, 5});
+    v.push_back({FLASHC_F64, RAG_VARLEN, {20, 0, 9}, {30, 4, 9}, 2, 2, 7, 1, 4, 2, 1, true, 2.0, true, 0, 0, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_VARLEN, {100, 3}, {2100, 7}, 2, 1, 64, 1, -1, -1, 0, false, 0, false, 0, 0, 0, 0}); /* atomic dQ */
+    v.push_back({FLASHC_F16, RAG_VARLEN, {80, 80}, {300, 80}, 8, 2, 128, 1, -1, -1, 0, true, 0, true, 0, 0, 1, 3});
+    v.push_back({FLASHC_BF16, RAG_CACHE, {70}, {0, 5, 200, 64}, 8, 2, 128, 1, -1, -1, 0, false, 0, false, 0, 70, 1, 0});
+    v.push_back({FLASHC_F16, RAG_CBI, {1}, {0, 300, 64, 1}, 8, 2, 64, 0, -1, -1, 0, true, 0, true, 0, 1, 1, 0});
+    v.push_back({FLASHC_F16, RAG_CBI, {66}, {10, 130}, 4, 4, 128, 1, 50, 0, 4, false, 0, false, 0, 66, 1, 0});
+    v.push_back({FLASHC_F16, RAG_PAGED, {70}, {0, 45, 160, 17}, 8, 2, 128, 1, 64, -1, 0, false, 0, false, 16, 70, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {3}, {1, 70, 33}, 4, 2, 64, 0, -1, -1, 0, true, 3.0, false, 1, 2, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {80}, {0, 100, 129}, 4, 2, 40, 1, -1, -1, 0, false, 0, true, 64, 0, 1, 0});
+    v.push_back({FLASHC_F16, RAG_PAGED, {65}, {20, 150}, 4, 2, 64, 1, -1, -1, 1, true, 0, false, 64, 65, 1, 0});
+    v.push_back({FLASHC_F32, RAG_PAGED, {5}, {11, 0, 60}, 4, 2, 64, 1, -1, -1, 0, true, 0, false, 16, 5, 1, 0});
+    return v;
+}
+
+/* ------------------------------------------- split-KV decode (attn_decode.cu) */
+/* Few query rows per kv head through the module's plan ("auto": the decode
+ * kernel where it applies), dense batches here: one query token and short
+ * chunks, keys 1 … 70000 (non-multiples of the 16-key tile, one split to
+ * many), every mask option, sink logits, softcap, ALiBi, a negative scale,
+ * odd head dims; each against the float64 reference of the ragged tests
+ * (ref_seq_fwd, per batch entry) and bit-identical on a second run (the
+ * splits are merged in a fixed order). The KV cache, paged (page sizes 16,
+ * 32, 256 and 1, 5: one page lookup per tile or per key) and varlen decode
+ * cases run through run_ragged (decode_ragged_cases). */
+struct DecCase {
+    int dt;
+    int64_t B, Sq, Sk, Hq, Hkv, D;
+    int causal;
+    int64_t wl, wr, nsink;
+    bool sinklog;
+    double softcap;
+    bool alibi, lse_null, negscale; /* negscale: softmax scale −1/√D */
+};
+
+static void run_decode(const DecCase &c, std::mt19937_64 &rng) {
+    char nm[220];
+    snprintf(nm, sizeof nm, "decode %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld c%d w(%lld,%lld) ns%lld%s%s%s%s%s",
+             dname(c.dt), (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.Hq, (long long)c.Hkv,
+             (long long)c.D, c.causal, (long long)c.wl, (long long)c.wr, (long long)c.nsink, c.sinklog ? " sl" : "",
+             c.softcap > 0 ? " cap" : "", c.alibi ? " alibi" : "", c.lse_null ? " nolse" : "",
+             c.negscale ? " neg" : "");
+    const std::string name = nm;
+    setenv("FLASHC_CUDA_KERNEL", "auto", 1);
+    const int dt = c.dt, ldt = FLASHC_F32;
+    const int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    const int perm[4] = {0, 1, 2, 3}, lperm[3] = {0, 1, 2}, sp1[1] = {0};
+    const int64_t qs[4] = {B, c.Sq, Hq, D}, ks[4] = {B, c.Sk, Hkv, D}, ls[3] = {B, Hq, c.Sq};
+    Tensor q = make_tensor(dt, 4, qs, perm), o = make_tensor(dt, 4, qs, perm);
+    Tensor k = make_tensor(dt, 4, ks, perm), v = make_tensor(dt, 4, ks, perm);
+    Tensor lse = make_tensor(ldt, 3, ls, lperm);
+    fill_random(q, rng);
+    fill_random(k, rng);
+    fill_random(v, rng);
+    Tensor sl, al;
+    std::vector<double> sinks, slopes;
+    if (c.sinklog) {
+        const int64_t ss[1] = {Hq};
+        sl = make_tensor(ldt, 1, ss, sp1);
+        sinks = fill_random(sl, rng, 2.0);
+    }
+    if (c.alibi) { /* [B, Hq] slopes */
+        const int64_t as[2] = {B, Hq};
+        const int ap[2] = {0, 1};
+        al = make_tensor(ldt, 2, as, ap);
+        slopes.resize(B * Hq);
+        std::uniform_real_distribution<double> u(0.0, 0.05);
+        for (int64_t e = 0; e < B * Hq; ++e) slopes[e] = put(ldt, &al.host[e * 4], u(rng));
+        upload(al);
+    }
+
+    fc_attn a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.B = B; a.Sq = c.Sq; a.Sk = c.Sk; a.Hq = Hq; a.Hkv = Hkv; a.D = D;
+    a.q = q.ptr(); a.k = k.ptr(); a.v = v.ptr(); a.o = o.ptr();
+    a.lse = c.lse_null ? nullptr : lse.ptr();
+    memcpy(a.sq, q.str, 32); memcpy(a.sk, k.str, 32); memcpy(a.sv, v.str, 32); memcpy(a.so, o.str, 32);
+    memcpy(a.slse, lse.str, 24);
+    a.scale = (c.negscale ? -1.0 : 1.0) / sqrt((double)D);
+    a.wl = c.wl;
+    a.wr = c.causal ? 0 : c.wr;
+    a.n_sink = c.nsink;
+    a.sink_logits = c.sinklog ? sl.ptr() : nullptr;
+    a.ssink = 1;
+    a.softcap = c.softcap;
+    a.alibi = c.alibi ? al.ptr() : nullptr;
+    a.salibi[0] = Hq;
+    a.salibi[1] = 1;
+    a.deterministic = 1;
+
+    /* float64 reference per batch entry: O [B][Sq][Hq][D], L [B][Hq][Sq] (the tensors' logical orders) */
+    std::vector<double> Or, Lr;
+    for (int64_t b = 0; b < B; ++b) {
+        const std::vector<double> Q = rows_of(q, b, 0, c.Sq), K = rows_of(k, b, 0, c.Sk), V = rows_of(v, b, 0, c.Sk);
+        std::vector<double> O(Q.size()), L((size_t)(Hq * c.Sq));
+        const RefSeq r = {a.scale, c.softcap, a.wl, a.wr, a.n_sink, Hq, Hkv, D, c.sinklog ? sinks.data() : nullptr,
+                          c.alibi ? &slopes[b * Hq] : nullptr};
+        ref_seq_fwd(r, c.Sq, c.Sk, Q.data(), K.data(), V.data(), O.data(), L.data());
+        Or.insert(Or.end(), O.begin(), O.end());
+        Lr.insert(Lr.end(), L.begin(), L.end());
+    }
+
+    std::vector<unsigned char> o1, l1;
+    for (int rep = 0; rep < 2; ++rep) {
+        poison(o);
+        poison(lse);
+        CK(M->attn_fwd(&a));
+        CK(M->synchronize());
+        if (rep == 1) {
+            download(o);
+            download(lse);
+            report(name, "determ", o.host == o1 && lse.host == l1 ? 0.0 : 1.0, 0.0, false);
+            break;
+        }
+        const double cap_tol = c.softcap > 0 ? 2e-3 : 0.0; /* tanh.approx */
+        report_rel(name, "O", read_logical(o), Or, attn_tol(dt, false) + cap_tol);
+        if (!c.lse_null) {
+            bool bad;
+            const double le = lse_err(read_logical(lse), Lr, &bad);
+            report(name, "LSE", le, 1e-4 + (cap_tol > 0 ? c.softcap * 1e-3 : 0.0), bad);
+        } else {
+            download(lse);
+        }
+        o1 = o.host;
+        l1 = lse.host;
+    }
+    free_tensor(q); free_tensor(o); free_tensor(lse); free_tensor(k); free_tensor(v);
+    if (c.sinklog) free_tensor(sl);
+    if (c.alibi) free_tensor(al);
+}
+
+/* The dense decode cases: Sq ∈ {1, 4, 16} × G ∈ {1, 4, 8} over key counts
+ * 1 … 70000 with the mask options and score modifiers taken in turn, D 128
+ * mostly (64, 256 in turn). small: a subset that still splits the keys
+ * (compute-sanitizer). */
+static std::vector<DecCase> decode_cases(bool small) {
+    std::vector<DecCase> v;
+    /* dt, B, Sq, Sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, softcap, alibi, lse_null, negscale */
+    if (small) {
+        v.push_back({FLASHC_BF16, 2, 1, 300, 8, 2, 128, 1, -1, -1, 0, true, 0, false, false, false});
+        v.push_back({FLASHC_F16, 1, 4, 333, 8, 1, 64, 1, 40, -1, 2, false, 3.0, true, false, false});
+        return v;
+    }
+    const int64_t sks[] = {1, 17, 100, 1000, 4097, 70000};
+    struct Mk { int causal; int64_t wl, wr, ns; } masks[] = {
+        {0, -1, -1, 0}, {1, -1, -1, 0}, {0, 64, 0, 0}, {0, 100, 8, 4}, {1, -1, -1, 3}, {0, 300, -1, 2}};
+    int n = 0;
+    for (int dt : {FLASHC_BF16, FLASHC_F16})
+        for (int64_t Sq : {1, 4, 16})
+            for (int64_t G : {1, 4, 8})
+                for (int64_t Sk : sks) {
+                    if (Sk == 70000 && Sq * G > 8) continue; /* the float64 reference's time */
+                    if (Sk == 4097 && Sq * G > 32) continue;
+                    const Mk &m = masks[n % 6];
+                    const int mods = (n / 2) % 5; /* none, sink logits, softcap, ALiBi, all */
+                    const int64_t D = (n % 7 == 3) ? 64 : (n % 11 == 5) ? 256 : 128;
+                    const int64_t B = Sk >= 4097 ? 1 : 2, Hkv = Sk >= 4097 ? 1 : 2;
+                    v.push_back({dt, B, Sq, Sk, G * Hkv, Hkv, D, m.causal, m.wl, m.wr, m.ns, mods == 1 || mods == 4,
+                                 mods == 2 || mods == 4 ? 3.0 : 0.0, mods == 3 || mods == 4, n % 5 == 2, false});
+                    ++n;
+                }
+    /* odd head dims (D % 8 ≠ 0: the plain-load path; D 100 padded to 128), a negative scale */
+    v.push_back({FLASHC_BF16, 2, 1, 500, 8, 2, 7, 0, -1, -1, 0, true, 0, false, false, false});
+    v.push_back({FLASHC_F16, 1, 3, 700, 12, 4, 100, 1, -1, -1, 0, false, 0, true, false, false});
+    v.push_back({FLASHC_F16, 2, 1, 900, 4, 1, 128, 0, -1, -1, 0, false, 0, false, false, true});
+    /* a 64-token chunk on few heads (row blocks) */
+    v.push_back({FLASHC_BF16, 1, 64, 3000, 8, 2, 128, 1, -1, -1, 0, true, 0, false, false, false});
+    return v;
+}
+
+/* Decode on the ragged layouts (run_ragged, forward through "auto"): the
+ * issue's serving shape (Hq 32, Hkv 8) on 16-key pages with a one-token
+ * append, pages of 32 and 256, pages of 5 and 1 (a lookup per key row), a
+ * KV cache with cache_batch_idx and a window, a chunk of 8 tokens at G = 8
+ * (64 rows), varlen decode rows; sequences of length 0 among them. */
+static std::vector<RagCase> decode_ragged_cases(bool small) {
+    std::vector<RagCase> v;
+    /* dt, kind, sq, sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, softcap, alibi, page, snew, det, extra_q */
+    v.push_back({FLASHC_BF16, RAG_PAGED, {1}, {700, 0, 333}, 8, 2, 128, 1, -1, -1, 0, true, 0, false, 16, 1, 1, 0});
+    v.push_back({FLASHC_F16, RAG_PAGED, {1}, {300, 41}, 4, 2, 64, 0, -1, -1, 0, false, 0, false, 5, 0, 1, 0});
+    if (small) return v;
+    v.push_back({FLASHC_BF16, RAG_PAGED, {1}, {3000, 0, 1777, 15, 333}, 32, 8, 128, 1, -1, -1, 0, true, 0, false, 16, 1, 1, 0});
+    v.push_back({FLASHC_F16, RAG_PAGED, {1}, {2000, 5, 999}, 8, 2, 128, 1, -1, -1, 0, false, 3.0, false, 32, 1, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {4}, {1500, 0, 700}, 8, 2, 64, 1, -1, -1, 0, false, 3.0, true, 256, 4, 1, 0});
+    v.push_back({FLASHC_F16, RAG_PAGED, {1}, {900, 300}, 4, 2, 128, 0, -1, -1, 2, true, 0, false, 5, 0, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_PAGED, {16}, {1000, 64}, 8, 2, 128, 1, -1, -1, 0, false, 0, false, 1, 16, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_CBI, {1}, {4000, 10, 2500}, 16, 2, 128, 0, 300, 0, 4, true, 0, true, 0, 1, 1, 0});
+    v.push_back({FLASHC_F16, RAG_CACHE, {8}, {3000, 100}, 16, 2, 128, 1, -1, -1, 0, true, 0, false, 0, 8, 1, 0});
+    v.push_back({FLASHC_BF16, RAG_VARLEN, {1, 16, 0, 4}, {5000, 300, 7, 0}, 8, 2, 128, 1, -1, -1, 0, true, 0, false, 0, 0, 1, 0});
+    return v;
 }
 
 /* --------------------------------------------------- weighted row-sum */
@@ -496,6 +1286,54 @@ template <class F> static double median_time(F f, int batch = 10, int reps = 7) 
     return t[t.size() / 2];
 }
 
+/* The decode shapes of issue 9 (bf16, Hq 32, Hkv 8, D 128, one query token
+ * per sequence) through the plan, next to a device copy moving as many bytes
+ * (bytes = K + V read + Q read + O written; the copy reads and writes half of
+ * that each). Rows of JSON into `json` (no brackets). */
+static void bench_decode(FILE *json, void *fill, size_t fill_bytes) {
+    setenv("FLASHC_CUDA_KERNEL", "auto", 1);
+    struct { int64_t B, Sk; } shapes[] = {{1, 8192}, {16, 8192}, {64, 4096}, {4, 65536}};
+    const int64_t Hq = 32, Hkv = 8, D = 128, es = 2;
+    bool firstj = true;
+    for (auto &s : shapes) {
+        const size_t kvb = (size_t)(s.B * s.Sk * Hkv * D * es), qb = (size_t)(s.B * Hq * D * es);
+        void *k, *v, *q, *o, *lse, *dst;
+        CK(M->malloc_(&k, kvb));
+        CK(M->malloc_(&v, kvb));
+        CK(M->malloc_(&q, qb));
+        CK(M->malloc_(&o, qb));
+        CK(M->malloc_(&lse, (size_t)(s.B * Hq) * 4));
+        for (void *p : {k, v, q})
+            for (size_t off = 0, n = p == q ? qb : kvb; off < n; off += fill_bytes)
+                CK(M->memcpy_((char *)p + off, fill, std::min(fill_bytes, n - off), FLASHC_MEMCPY_DEVICE_TO_DEVICE));
+        const double bytes = 2.0 * kvb + 2.0 * qb;
+        fc_attn x;
+        memset(&x, 0, sizeof x);
+        x.dtype = FLASHC_BF16; x.B = s.B; x.Sq = 1; x.Sk = s.Sk; x.Hq = Hq; x.Hkv = Hkv; x.D = D;
+        x.q = q; x.k = k; x.v = v; x.o = o; x.lse = lse;
+        const int64_t sq[4] = {Hq * D, Hq * D, D, 1}, sk[4] = {s.Sk * Hkv * D, Hkv * D, D, 1};
+        memcpy(x.sq, sq, 32); memcpy(x.so, sq, 32); memcpy(x.sk, sk, 32); memcpy(x.sv, sk, 32);
+        x.slse[0] = Hq; x.slse[1] = 1; x.slse[2] = 1;
+        x.scale = 1 / sqrt((double)D); x.wl = -1; x.wr = -1; x.deterministic = 1;
+        const double t = median_time([&] { CK(M->attn_fwd(&x)); }, 20, 9);
+        const size_t half = (size_t)(bytes / 2) & ~(size_t)255;
+        CK(M->malloc_(&dst, half));
+        const double tc = median_time([&] { CK(M->memcpy_(dst, k, std::min(half, kvb), FLASHC_MEMCPY_DEVICE_TO_DEVICE));
+                                            if (half > kvb) CK(M->memcpy_((char *)dst + kvb, v, half - kvb, FLASHC_MEMCPY_DEVICE_TO_DEVICE)); },
+                                      20, 9);
+        const double gbs = bytes / t / 1e9, cgbs = 2.0 * half / tc / 1e9;
+        printf("BENCH decode bf16 B=%-3lld Sk=%-6lld Hq=%lld Hkv=%lld D=%lld  %8.1f us %7.1f GB/s | copy %8.1f us %7.1f GB/s | %.0f%% of copy\n",
+               (long long)s.B, (long long)s.Sk, (long long)Hq, (long long)Hkv, (long long)D, t * 1e6, gbs, tc * 1e6,
+               cgbs, 100 * gbs / cgbs);
+        fprintf(json, "%s{\"B\": %lld, \"Sk\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"D\": %lld, \"bytes\": %.0f, "
+                      "\"us\": %.2f, \"gbs\": %.1f, \"copy_us\": %.2f, \"copy_gbs\": %.1f}",
+                firstj ? "" : ", ", (long long)s.B, (long long)s.Sk, (long long)Hq, (long long)Hkv, (long long)D,
+                bytes, t * 1e6, gbs, tc * 1e6, cgbs);
+        firstj = false;
+        for (void *p : {k, v, q, o, lse, dst}) M->free_(p);
+    }
+}
+
 static bool g_wsum_only = false; /* --bench-wsum: the weighted-sum timings alone */
 static void bench(FILE *json) {
     /* device copy ceiling: 1 GiB D2D, bytes read + written */
@@ -583,6 +1421,8 @@ static void bench(FILE *json) {
                 firstj ? "" : ", ", dname(s.dt), (long long)s.S, (long long)s.D, s.causal, t * 1e3, fl / t / 1e12);
         firstj = false;
     }
+    fprintf(json, "], \"decode\": [");
+    bench_decode(json, a, bytes);
     fprintf(json, "]}\n");
     M->free_(a);
     M->free_(b);
@@ -687,6 +1527,24 @@ int main(int argc, char **argv) {
     for (auto &c : ac) {
         run_attn(c, rng, "generic");
         if (c.dt == FLASHC_F16 || c.dt == FLASHC_BF16) run_attn(c, rng, "auto");
+    }
+    if (!tiny) {
+        for (auto &c : decode_cases(small)) run_decode(c, rng);
+        for (auto &c : decode_ragged_cases(small)) run_ragged(c, rng, "auto");
+    }
+    { /* ragged batches (attn_ragged.cuh); --tiny: two of them on the mma.sync kernels (racecheck) */
+        const std::vector<RagCase> rc = ragged_cases(small);
+        for (size_t i = 0; i < rc.size(); ++i) {
+            const RagCase &c = rc[i];
+            const bool half = c.dt == FLASHC_F16 || c.dt == FLASHC_BF16;
+            if (tiny && !(half && (i == 0 || i == 2))) continue;
+            if (!tiny) run_ragged(c, rng, "generic");
+            if (half) run_ragged(c, rng, "auto");
+        }
+        if (!tiny) {
+            run_ragged_clamps(rng, "generic");
+            run_ragged_clamps(rng, "auto");
+        }
     }
 
     std::vector<WsCase> wc;

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""GPU decode (one query token per sequence, and short chunks) of flashc next
+to torch SDPA's FlashAttention-2 and cuDNN backends, measured in the same run.
+
+    python3 benchmarks/bench_decode_gpu.py [--json PATH] [--reps N] [--chunks] [--no-flashc]
+
+Shapes (issue 9): bf16, Hq = 32, Hkv = 8 (GQA), D = 128, q [B, 1, Hq, D],
+k/v [B, Sk, Hkv, D], (B, Sk) in (1, 8k), (16, 8k), (64, 4k), (4, 64k);
+--chunks adds 4- and 16-token chunks (q [B, n, Hq, D]) at B = 1 and 16,
+Sk = 8k, without a mask on either side: SDPA's is_causal is top-left
+aligned (a chunk's rows would see only its first keys), flashc's bottom-right;
+unmasked, both read and compute the same.
+
+bytes = K + V + Q read + O written; TB/s = bytes / time, next to a device
+copy moving as many bytes (torch copy_ of bytes/2: read + write = bytes).
+flashc: flashc.torch.attention(q, k, v) under torch.no_grad() — the Python
+call included, as a user pays it. SDPA: F.scaled_dot_product_attention on the
+[B, H, S, D] views of the same tensors (no copies) with enable_gqa=True
+(torch ≥ 2.5); a backend that refuses it is reported as an error, never run
+on expanded K/V (that would read Hq/Hkv times the bytes).
+
+Timing (benchmarks/bench_gpu.py's conventions): CUDA events around each
+call on torch's current stream, median of --reps calls after warm-up.
+flashc's output is checked against SDPA FA2's (relative L2 error in the JSON).
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def bench(fn, reps=50, warmup=10):
+    """Median milliseconds of fn() over reps CUDA-event-timed calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    s = torch.cuda.current_stream()
+    for _ in range(reps):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record(s)
+        fn()
+        e1.record(s)
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def load_flashc(disabled):
+    if disabled:
+        return None, "--no-flashc"
+    try:
+        import flashc
+        import flashc.torch as ft
+    except Exception as e:  # library not built / not found
+        return None, str(e).splitlines()[0]
+    if "cuda" not in flashc.backends():
+        return None, "flashc CUDA backend unavailable"
+    return ft, ""
+
+
+def tbs(nbytes, ms):
+    return nbytes / (ms * 1e-3) / 1e12 if ms and ms == ms else float("nan")
+
+
+def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps):
+    causal = False  # see the module docstring (chunks)
+    q = torch.empty(B, Sq, Hq, D, device="cuda", dtype=dt).uniform_(-1, 1)
+    k, v = (torch.empty(B, Sk, Hkv, D, device="cuda", dtype=dt).uniform_(-1, 1) for _ in range(2))
+    esz = q.element_size()
+    nbytes = (2 * k.numel() + 2 * q.numel()) * esz
+    r = {"B": B, "Sq": Sq, "Sk": Sk, "Hq": Hq, "Hkv": Hkv, "D": D, "dtype": str(dt).split(".")[-1],
+         "causal": causal, "bytes": nbytes}
+    src = torch.empty(nbytes // 2 // esz, device="cuda", dtype=dt).uniform_(-1, 1)
+    dst = torch.empty_like(src)
+    r["copy_ms"] = bench(lambda: dst.copy_(src), reps)
+    del src, dst
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # [B, H, S, D] views
+    ref = None
+    for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(be), torch.no_grad():
+                f = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
+                out = f()
+                if name == "fa2":
+                    ref = out.transpose(1, 2).float()
+                r[name + "_ms"] = bench(f, reps)
+        except Exception as e:
+            r[name + "_error"] = str(e).splitlines()[0][:160]
+    if ft is not None:
+        try:
+            with torch.no_grad():
+                f = lambda: ft.attention(q, k, v, causal=causal)
+                out = f()
+                if ref is not None:
+                    r["flashc_vs_fa2_rel_l2"] = ((out.float() - ref).norm() / ref.norm()).item()
+                r["flashc_ms"] = bench(f, reps)
+        except Exception as e:
+            r["flashc_error"] = str(e).splitlines()[0][:200]
+    for key in ("flashc", "fa2", "cudnn", "copy"):
+        ms = r.get(key + "_ms")
+        r[key + "_us"] = ms * 1e3 if ms else float("nan")
+        r[key + "_tbs"] = tbs(nbytes, ms)
+    errs = "".join("  [%s: %s]" % (kk, r[kk + "_error"]) for kk in ("flashc", "fa2", "cudnn") if kk + "_error" in r)
+    print("B=%-3d Sq=%-2d Sk=%-6d | us  flashc %7.1f  fa2 %7.1f  cudnn %7.1f  copy %7.1f"
+          " | TB/s flashc %5.2f  fa2 %5.2f  cudnn %5.2f  copy %5.2f | flashc/copy %4.0f%%%s" % (
+              B, Sq, Sk, r["flashc_us"], r["fa2_us"], r["cudnn_us"], r["copy_us"], r["flashc_tbs"], r["fa2_tbs"],
+              r["cudnn_tbs"], r["copy_tbs"], 100 * r["flashc_tbs"] / r["copy_tbs"], errs), flush=True)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write all results to this file")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--chunks", action="store_true", help="also 4- and 16-token chunks")
+    ap.add_argument("--no-flashc", action="store_true", help="peers only")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    ft, why = load_flashc(a.no_flashc)
+    print("device: %s, torch %s, flashc: %s" % (torch.cuda.get_device_name(), torch.__version__,
+                                                "loaded" if ft else "n/a (%s)" % why), flush=True)
+    Hq, Hkv, D, dt = 32, 8, 128, torch.bfloat16
+    shapes = [(1, 1, 8192), (16, 1, 8192), (64, 1, 4096), (4, 1, 65536)]
+    if a.chunks:
+        shapes += [(B, n, 8192) for n in (4, 16) for B in (1, 16)]
+    rows = [run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, a.reps) for B, Sq, Sk in shapes]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "decode": rows}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
