@@ -34,25 +34,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+import bench_gpu  # noqa: E402  (the shared CUDA-event timer)
 
 
-def bench(fn, reps=50, warmup=10):
-    """Median milliseconds of fn() over reps CUDA-event-timed calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    s = torch.cuda.current_stream()
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record(s)
-        fn()
-        e1.record(s)
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    times.sort()
-    return times[len(times) // 2]
+def bench(fn, reps):
+    """Median ms of fn() (bench_gpu.bench: CUDA events, median), 10 warm-up calls."""
+    return bench_gpu.bench(fn, reps, warmup=10)
 
 
 def load_flashc(disabled):

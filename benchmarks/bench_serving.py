@@ -47,24 +47,6 @@ def parse_args():
     return ap.parse_args()
 
 
-def gpu_bench(torch, fn, reps=30, warmup=5):
-    """Median milliseconds of fn() over reps CUDA-event-timed calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.current_stream()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(s)
-        fn()
-        e1.record(s)
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def cpu_bench(fn, reps):
     fn()
     ts = []
@@ -107,6 +89,8 @@ def gpu_rows(quick, reps):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import flashc.torch as ft
+    sys.path.insert(0, HERE)
+    from bench_gpu import bench  # the shared CUDA-event timer (median of reps after warm-up)
 
     dev = "cuda"
     dt = torch.bfloat16
@@ -115,7 +99,7 @@ def gpu_rows(quick, reps):
     # device copy bandwidth (read + write bytes / time)
     x = torch.empty(1 << 29, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)
-    copy_ms = gpu_bench(torch, lambda: y.copy_(x), reps)
+    copy_ms = bench(lambda: y.copy_(x), reps)
     copy_gbs = 2 * x.numel() / (copy_ms * 1e-3) / 1e9
     del x, y
     print("GPU: %s, device copy %.0f GB/s" % (torch.cuda.get_device_name(), copy_gbs))
@@ -130,15 +114,15 @@ def gpu_rows(quick, reps):
         k = torch.randn(B, Sk, Hkv, D, generator=g).to(dt).to(dev)
         v = torch.randn(B, Sk, Hkv, D, generator=g).to(dt).to(dev)
         nbytes = 2 * B * Sk * Hkv * D * 2 + 2 * B * Hq * D * 2
-        dense = gpu_bench(torch, lambda: ft.attention(q, k, v), reps)
+        dense = bench(lambda: ft.attention(q, k, v), reps)
         # cache of capacity Sk holding Sk - 1 tokens; the call appends one
         kc, vc = k.clone(), v.clone()
         kn, vn = k[:, -1:].clone(), v[:, -1:].clone()
         seqlens = torch.full((B,), Sk - 1, dtype=torch.int32, device=dev)
-        cache = gpu_bench(torch, lambda: ft.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens), reps)
+        cache = bench(lambda: ft.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens), reps)
         kp, vp, table = paged_kv(torch, k, v, 16, g)
         full = torch.full((B,), Sk, dtype=torch.int32, device=dev)
-        pag = gpu_bench(torch, lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table),
+        pag = bench(lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table),
                         reps)
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
@@ -146,7 +130,7 @@ def gpu_rows(quick, reps):
             def f():
                 with sdpa_kernel(backend):
                     return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-            return gpu_bench(torch, f, reps)
+            return bench(f, reps)
 
         fa2 = try_ms(lambda: sdpa(SDPBackend.FLASH_ATTENTION))
         cud = try_ms(lambda: sdpa(SDPBackend.CUDNN_ATTENTION))
@@ -199,11 +183,11 @@ def gpu_rows(quick, reps):
                 else:
                     with torch.no_grad():
                         F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
-        return gpu_bench(torch, f, reps)
+        return bench(f, reps)
 
     res = {}
-    res["flashc_f"] = gpu_bench(torch, fl_f, reps)
-    res["flashc_fb"] = gpu_bench(torch, fl_fb, reps)
+    res["flashc_f"] = bench(fl_f, reps)
+    res["flashc_fb"] = bench(fl_fb, reps)
     for nm, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         res[nm + "_f"] = try_ms(lambda: pad(be, False))
         res[nm + "_fb"] = try_ms(lambda: pad(be, True))

@@ -236,6 +236,20 @@ flashc_status fc_attn_run(int backend, int bwd, const fc_attn *a) {
     return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
 }
 
+/* q, k, v, o as float tensors of ndim dims sharing one dtype (→ a->dtype). */
+flashc_status fc_attn_check_qkvo(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                 const flashc_tensor *o, int ndim, int o_is_output, fc_attn *a) {
+    FC_TRY(fc_check_float_tensor(q, "q", ndim, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(k, "k", ndim, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(v, "v", ndim, 0, "attention"));
+    FC_TRY(fc_check_float_tensor(o, "o", ndim, o_is_output, "attention"));
+    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
+                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
+                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
+    a->dtype = q->dtype;
+    return FLASHC_OK;
+}
+
 /* Validates q, k, v, o ([B, S, H, D]) and params; fills everything of *a
  * except lse and the gradients. */
 static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
@@ -244,14 +258,7 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
     memset(a, 0, sizeof *a);
     FC_TRY(fc_check_knobs());
     FC_TRY(fc_attn_read_params(user, p));
-    FC_TRY(fc_check_float_tensor(q, "q", 4, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(k, "k", 4, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(v, "v", 4, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(o, "o", 4, o_is_output, "attention"));
-    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
-                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
-                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
-    a->dtype = q->dtype;
+    FC_TRY(fc_attn_check_qkvo(q, k, v, o, 4, o_is_output, a));
     a->B = q->shape[0];
     a->Sq = q->shape[1];
     a->Sk = k->shape[1];

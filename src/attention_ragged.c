@@ -62,14 +62,7 @@ static flashc_status build_varlen(const flashc_tensor *q, const flashc_tensor *k
     FC_TRY(fc_check_knobs());
     FC_TRY(fc_attn_read_params(user, p));
     FC_TRY(read_varlen(seqs, sv));
-    FC_TRY(fc_check_float_tensor(q, "q", 3, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(k, "k", 3, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(v, "v", 3, 0, "attention"));
-    FC_TRY(fc_check_float_tensor(o, "o", 3, o_is_output, "attention"));
-    FC_RETURN_IF(k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype, FLASHC_ERR_DTYPE,
-                 "q, k, v, o must share one dtype (got %s, %s, %s, %s)", fc_dtype_name(q->dtype),
-                 fc_dtype_name(k->dtype), fc_dtype_name(v->dtype), fc_dtype_name(o->dtype));
-    a->dtype = q->dtype;
+    FC_TRY(fc_attn_check_qkvo(q, k, v, o, 3, o_is_output, a));
     FC_TRY(fc_attn_heads(a, q, 1, k, "k", 1));
     FC_TRY(fc_expect_shape(v, "v", k, "k", FC_AXES3));
     FC_TRY(fc_expect_shape(o, "o", q, "q", FC_AXES3));

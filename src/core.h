@@ -61,6 +61,10 @@ flashc_status fc_cuda_status(const fc_cuda_module *m, flashc_status s);
 extern const char *const FC_AXES4[4]; /* B, S, H, D */
 extern const char *const FC_AXES3[3]; /* T, H, D (packed) */
 
+/* q, k, v, o: float tensors of ndim dims (o an output when o_is_output)
+ * sharing one dtype, which goes to a->dtype. */
+flashc_status fc_attn_check_qkvo(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                 const flashc_tensor *o, int ndim, int o_is_output, fc_attn *a);
 /* params (NULL = defaults) → *p, checking struct_size (FLASHC_ERR_PARAMS_SIZE). */
 flashc_status fc_attn_read_params(const flashc_attn_params *user, flashc_attn_params *p);
 /* Hq, D from q.shape[qh], [qh + 1] and Hkv from k.shape[kh] into a, with the
