@@ -18,9 +18,12 @@ GPU (torch CUDA tensors, bf16, Hq = 32, Hkv = 8, D = 128):
            to the longest prompt (what a user without varlen does). TFLOP/s of the
            useful work (Σ_b 2·Hq·D·S_b², causal) for both.
 CPU (torch CPU tensors, same thread count for both; fp32 and bf16, Hq = 32,
-Hkv = 8, D = 128): decode (1 token) and chunks of 16 query tokens against a
-cache of Sk keys, flashc.torch.attention_with_kvcache next to torch's CPU SDPA
-(the chunk attends to every cached key in both).
+Hkv = 8, D = 128): decode (1 token) and chunks of 4, 16 and 64 query tokens
+(speculative decoding, chunked prefill) against a cache of Sk keys per
+sequence (B = 1 and 4, Sk = 4k and 16k), flashc.torch.attention_with_kvcache
+on the contiguous cache and on a paged one (page_size 16, shuffled pages)
+next to torch's CPU SDPA on the contiguous cache (the chunk attends to every
+cached key in all three).
 
 Timing: GPU CUDA events around each call, median of >= 20 repeats after
 warm-up; CPU perf_counter median. Inputs: fresh random values, never zeros.
@@ -217,23 +220,27 @@ def cpu_rows(quick, threads, reps):
     rows = []
     Hq, Hkv, D = 32, 8, 128
     print("CPU: %d threads, isa=%s %s" % (threads, flashc.cpu_isa(), flashc.cpu_features()))
-    print("%-28s %10s %10s %7s" % ("cache attention", "flashc ms", "torch ms", "ratio"))
-    shapes = [(1, 4096, 1), (4, 4096, 1), (1, 16384, 1), (1, 4096, 16), (4, 4096, 16), (1, 16384, 16)]
+    print("%-28s %10s %10s %10s %7s" % ("cache attention", "flashc ms", "paged ms", "torch ms", "ratio"))
+    shapes = [(B, Sk, Sn) for Sn in (1, 4, 16, 64) for B in (1, 4) for Sk in (4096, 16384)]
     if quick:
-        shapes = shapes[:1] + shapes[3:4]
+        shapes = [(1, 4096, 1), (1, 4096, 16)]
     for dt in (torch.float32, torch.bfloat16):
         for B, Sk, Sn in shapes:
             q = torch.randn(B, Sn, Hq, D, generator=g).to(dt)
             k = torch.randn(B, Sk, Hkv, D, generator=g).to(dt)
             v = torch.randn(B, Sk, Hkv, D, generator=g).to(dt)
             seqlens = torch.full((B,), Sk, dtype=torch.int32)
-            fl = cpu_bench(lambda: ft.attention_with_kvcache(q, k, v, cache_seqlens=seqlens), reps)
+            n = reps if B * Sk * max(Sn, 4) <= 4 * 4096 * 16 else max(3, reps // 2)
+            fl = cpu_bench(lambda: ft.attention_with_kvcache(q, k, v, cache_seqlens=seqlens), n)
+            kp, vp, table = paged_kv(torch, k, v, 16, g)
+            pg = cpu_bench(lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=seqlens, block_table=table), n)
+            del kp, vp
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            th = try_ms(lambda: cpu_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True), reps))
+            th = try_ms(lambda: cpu_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True), n))
             name = "%s B=%d Sk=%dk Sn=%d" % ("f32" if dt == torch.float32 else "bf16", B, Sk // 1024, Sn)
-            print("%-28s %10.3f %10.3f %6.2fx" % (name, fl, th, th / fl))
+            print("%-28s %10.3f %10.3f %10.3f %6.2fx" % (name, fl, pg, th, th / fl), flush=True)
             rows.append(dict(kind="cache", device="cpu", threads=threads, dtype=str(dt).split(".")[1], B=B, Sk=Sk,
-                             Sn=Sn, Hq=Hq, Hkv=Hkv, D=D, flashc_ms=fl, torch_ms=th))
+                             Sn=Sn, Hq=Hq, Hkv=Hkv, D=D, flashc_ms=fl, paged_ms=pg, torch_ms=th))
     return rows
 
 

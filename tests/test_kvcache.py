@@ -32,6 +32,7 @@ from flashc import _lib
 from reference import (
     DTYPES,
     assert_close,
+    kvcache_keys,
     kvcache_reference,
     lse_dtype,
     max_abs_err,
@@ -165,9 +166,9 @@ def same_bytes(a, b):
     return np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
-def check(backend, rng, heads, dtype, case, mods=None, use_sinks=False, **mask):
-    q, kc, vc, kn, vn, index, kw = make(rng, *heads, dtype, **case, mods=mods,
-                                        use_sinks=use_sinks, **mask)
+def check(backend, rng, heads, dtype, case, mods=None, use_sinks=False, _made=None, **mask):
+    q, kc, vc, kn, vn, index, kw = _made or make(rng, *heads, dtype, **case, mods=mods,
+                                                 use_sinks=use_sinks, **mask)
     ro, rl = kvcache_reference(q, kc, vc, index["cache_seqlens"], kn, vn,
                                cache_batch_idx=index.get("cache_batch_idx"),
                                block_table=index.get("block_table"), **kw)
@@ -386,6 +387,52 @@ def test_bad_dtypes(rng):
                                       **index)
     with pytest.raises(flashc.FlashcError, match="dtype"):
         flashc.attention_with_kvcache(q.astype(np.float16), kc, vc, kn, vn, **index)
+
+
+# ------------------------------------------------ long caches, chunks, pages
+# Caches long enough that the CPU cuts each sequence's keys into splits
+# merged in a fixed order (decode rows: B·Hkv < 16 and >= 1024 keys; chunk
+# rows: < 32 row blocks and >= 1024 keys), chunks of 2..64 query tokens
+# (speculative decoding, chunked prefill) on the keys-on-lanes decode path
+# and on the row-block path (Sn·G rows: both sides of the ISA's threshold),
+# and pages of every size read in place through the block table.
+
+LONG_MASKS = [dict(), dict(causal=True), dict(causal=True, window=(700, 0), sink_tokens=3)]
+
+
+@pytest.mark.parametrize("Sn", [1, 2, 3, 4, 8, 16, 33, 64])
+def test_long_chunks(backend, rng, Sn):
+    dtype = ("float32", "bfloat16", "float16")[Sn % 3]
+    mask = LONG_MASKS[Sn % 3]
+    check(backend, rng, (8, 2, 64), dtype, dict(lens=[1900, 1200], Sn=Sn, new=Sn % 2 * Sn, page=None),
+          use_sinks=Sn % 4 == 0, **mask)
+
+
+@pytest.mark.parametrize("page", [1, 5, 16, 64, 256])
+@pytest.mark.parametrize("Sn", [1, 4, 16])
+def test_long_paged_same_bits_as_contiguous(backend, rng, page, Sn):
+    """Shuffled pages, NaN/Inf in every slot no sequence owns: within the
+    reference's tolerance, and bit for bit the call on a contiguous cache
+    holding the same keys (the CPU reads pages in place, with the dense
+    path's arithmetic)."""
+    dtype = "float32" if page in (1, 16, 256) else "bfloat16"
+    mask = LONG_MASKS[(page + Sn) % 3]
+    q, kc, vc, kn, vn, index, kw = make(rng, 8, 2, 64, dtype, lens=[1800, 500], Sn=Sn, new=1, page=page,
+                                        **mask)
+    kc0, vc0 = kc.copy(), vc.copy()
+    o, lse = check(backend, rng, (8, 2, 64), dtype, {}, _made=(q, kc, vc, kn, vn, index, kw))[7:]
+    if backend != "cpu":
+        return
+    # the same keys in a contiguous cache [B, Sc, Hkv, D], NaN past each sequence's keys
+    B, lens = q.shape[0], index["cache_seqlens"]
+    Sc = int(lens.max()) + 1 + 5
+    cc = [np.full((B, Sc) + kc.shape[2:], np.nan, kc.dtype) for _ in range(2)]
+    for b in range(B):
+        for c, pages in zip(cc, (kc0, vc0)):
+            c[b, :lens[b]] = kvcache_keys(pages, b, int(lens[b]), block_table=index["block_table"])
+    o2, lse2 = flashc.attention_with_kvcache(q, cc[0], cc[1], kn, vn, cache_seqlens=lens, return_lse=True,
+                                             backend="cpu", **kw)
+    assert same_bytes(o, o2) and same_bytes(lse, lse2), "paged and contiguous caches differ"
 
 
 # ------------------------------------------------------------------- CUDA

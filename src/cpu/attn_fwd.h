@@ -39,16 +39,16 @@ flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);    /* BF16 on vdpbf16ps 
 
 /* Work list: item t is (outer index, block index); cost = visible keys of
  * the block's union times its rows. Sorted heaviest first so that the
- * dynamic schedule does not end on one long causal block. */
+ * dynamic schedule does not end on one long causal block, then by `order`
+ * (the caller's choice of which items run close together in time). */
 typedef struct fc_work {
-    int64_t outer, blk, cost;
+    int64_t outer, blk, cost, order;
 } fc_work;
 
 static inline int fc_work_cmp(const void *x, const void *y) {
     const fc_work *p = (const fc_work *)x, *q = (const fc_work *)y;
     if (p->cost != q->cost) return p->cost > q->cost ? -1 : 1;
-    if (p->outer != q->outer) return p->outer < q->outer ? -1 : 1;
-    return p->blk < q->blk ? -1 : p->blk > q->blk;
+    return p->order < q->order ? -1 : p->order > q->order;
 }
 
 /* Key bounds inside one key tile [j0, j0 + nb) for a block of query rows
@@ -137,25 +137,170 @@ static inline fc_fwd_rows fc_fwd_rows_setup(const fc_attn *a, int64_t b, int64_t
     return w;
 }
 
+/* Key rows. The kernels find K/V rows only through fc_kv_rows, so that
+ * every path reads a paged KV cache in place: key j of batch b, kv head hk
+ * of a k/v-shaped tensor with strides st (a->sk or a->sv) is at
+ * b·st[0] + j·st[1] + hk·st[2] (elements) in a dense problem, and in a
+ * paged one (a->block_table: attn_ragged.c hands each paged sequence over
+ * as a B = 1 problem that keeps its row of the block table, page_size, sbt
+ * and Bk) at row j % page_size of page block_table[b·sbt[0] + (j / page_size)
+ * ·sbt[1]], clamped to [0, Bk) — fc_attn_key_offset's addressing. Any
+ * page_size ≥ 1; one division per call, none per key.
+ * off[t] = the offset of key j0 + t, t < n. */
+static inline void fc_kv_rows(const fc_attn *a, const int64_t st[4], int64_t b, int64_t hk, int64_t j0, int64_t n,
+                              int64_t *off) {
+    if (!a->block_table) {
+        const int64_t o = b * st[0] + j0 * st[1] + hk * st[2];
+        for (int64_t t = 0; t < n; ++t) off[t] = o + t * st[1];
+        return;
+    }
+    const int64_t ps = a->page_size;
+    const int32_t *bt = a->block_table + b * a->sbt[0];
+    int64_t p = j0 / ps, r = j0 - p * ps;
+    for (int64_t t = 0; t < n; ++p, r = 0) {
+        const int64_t o = fc_clamp64(bt[p * a->sbt[1]], 0, a->Bk - 1) * st[0] + hk * st[2];
+        for (; r < ps && t < n; ++r, ++t) off[t] = o + r * st[1];
+    }
+}
+
 /* Prefetches (into L2) the K and V rows [j1, n1) of kv head hk, batch b,
  * for the next tile; only for unit d-strides (rows are contiguous). */
 static inline void fc_prefetch_kv(const fc_attn *a, int64_t b, int64_t hk, int64_t j1, int64_t n1, size_t esz) {
     if (a->sk[3] != 1 || a->sv[3] != 1) return;
-    for (int64_t j = j1; j < n1; ++j) {
-        const char *kr = (const char *)a->k + (b * a->sk[0] + j * a->sk[1] + hk * a->sk[2]) * (int64_t)esz;
-        const char *vr = (const char *)a->v + (b * a->sv[0] + j * a->sv[1] + hk * a->sv[2]) * (int64_t)esz;
-        for (int64_t x = 0; x < a->D * (int64_t)esz; x += 64) {
-            __builtin_prefetch(kr + x, 0, 2);
-            __builtin_prefetch(vr + x, 0, 2);
+    enum { CH = 32 };
+    int64_t ko[CH], vo[CH];
+    for (int64_t j = j1; j < n1; j += CH) {
+        const int64_t n = n1 - j < CH ? n1 - j : CH;
+        fc_kv_rows(a, a->sk, b, hk, j, n, ko);
+        fc_kv_rows(a, a->sv, b, hk, j, n, vo);
+        for (int64_t t = 0; t < n; ++t) {
+            const char *kr = (const char *)a->k + ko[t] * (int64_t)esz, *vr = (const char *)a->v + vo[t] * (int64_t)esz;
+            for (int64_t x = 0; x < a->D * (int64_t)esz; x += 64) {
+                __builtin_prefetch(kr + x, 0, 2);
+                __builtin_prefetch(vr + x, 0, 2);
+            }
         }
     }
 }
 
-/* One row block of the grouped forward: rows [r0, r0 + br) of the (query,
- * group head) rows of batch b and kv head hk; ws is this thread's scratch. */
-typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws);
-/* Runs block over every (b, kv head, row block of br rows) under OpenMP,
- * heaviest first, with a zeroed scratch of scratch_floats floats per thread. */
-flashc_status fc_fwd_run_grouped(const fc_attn *a, int64_t br, size_t scratch_floats, fc_fwd_block_fn block);
+/* ---- key splits ----
+ * With few (b, kv head, row block) items a thread would get one item or
+ * none: then each block's keys are also cut into ns contiguous ranges of
+ * its key list (the keys of fc_block_keysegs, in order), each item leaves
+ * partial (m, ℓ, O) rows, and a second pass merges them in split order
+ * (fc_fwd_merge). ns is a function of the shape only, never of the thread
+ * count, so results are bit-identical across OMP_NUM_THREADS. */
+
+/* Splits per block: enough for `target` items out of `items` unsplit ones,
+ * with at least min_keys keys per split of the longest key list `keys`. */
+static inline int64_t fc_fwd_nsplit(int64_t items, int64_t keys, int64_t target, int64_t min_keys) {
+    if (items >= target) return 1;
+    int64_t ns = (target + items - 1) / items;
+    if (ns > keys / min_keys) ns = keys / min_keys;
+    return ns < 1 ? 1 : ns;
+}
+
+/* Split s of ns of a key list of n keys: positions [*p0, *p1), cut at
+ * multiples of align (the kernel's key tile), the last one to n. */
+static inline void fc_fwd_split(int64_t n, int64_t s, int64_t ns, int64_t align, int64_t *p0, int64_t *p1) {
+    *p0 = (n * s / ns) / align * align;
+    *p1 = s + 1 == ns ? n : (n * (s + 1) / ns) / align * align;
+}
+
+/* The keys of ks at key-list positions [p0, p1) (positions count ks's keys
+ * in order); [0, n) gives ks itself. */
+static inline fc_keysegs fc_keysegs_part(const fc_keysegs *ks, int64_t p0, int64_t p1) {
+    fc_keysegs out = {0};
+    int64_t base = 0; /* key-list position of the segment's first key */
+    for (int sg = 0; sg < ks->n; ++sg) {
+        const int64_t len = ks->s1[sg] - ks->s0[sg];
+        const int64_t q0 = p0 > base ? p0 : base, q1 = p1 < base + len ? p1 : base + len;
+        if (q0 < q1) {
+            out.s0[out.n] = ks->s0[sg] + (q0 - base);
+            out.s1[out.n] = ks->s0[sg] + (q1 - base);
+            ++out.n;
+        }
+        base += len;
+    }
+    return out;
+}
+
+static inline int64_t fc_keysegs_count(const fc_keysegs *ks) {
+    int64_t n = 0;
+    for (int sg = 0; sg < ks->n; ++sg) n += ks->s1[sg] - ks->s0[sg];
+    return n;
+}
+
+/* A partial of `rows` rows: o (rows, dp) unnormalised, then m (rows, log2
+ * units), then ℓ (rows): rows·dp + 2·rows floats. Merges the ns partials at
+ * part + s·per_part (s < ns), rows r < nr, in split order: M = max_s m_s,
+ * O = Σ_s 2^(m_s − M)·O_s, ℓ = Σ_s 2^(m_s − M)·ℓ_s, into o (nr, dp), m, l
+ * (a row no split saw keeps M = −inf, ℓ = 0, O = 0). */
+static inline void fc_fwd_merge(const float *part, int64_t per_part, int64_t ns, int64_t rows, int64_t nr,
+                                int64_t dp, float *o, float *m, float *l) {
+    for (int64_t r = 0; r < nr; ++r) {
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < ns; ++s) mx = fmaxf(mx, part[s * per_part + rows * dp + r]);
+        const float ms = mx == -INFINITY ? 0.0f : mx;
+        float lsum = 0.0f;
+        for (int64_t d = 0; d < dp; ++d) o[r * dp + d] = 0.0f;
+        for (int64_t s = 0; s < ns; ++s) {
+            const float *ps = part + s * per_part;
+            const float w = exp2f(ps[rows * dp + r] - ms);
+            lsum += w * ps[rows * dp + rows + r];
+            for (int64_t d = 0; d < dp; ++d) o[r * dp + d] += w * ps[r * dp + d];
+        }
+        m[r] = mx;
+        l[r] = lsum;
+    }
+}
+
+/* The row finish of rows r0 .. r0 + nr − 1 of the grouped layout of batch
+ * b, kv head hk (row r is query r / G of head hk·G + r % G): o (nr, ldo)
+ * unnormalised, m (log2 units), l → the output rows (through store, the
+ * ISA's fc_store_row) and lse. */
+typedef void (*fc_store_row_fn)(void *dst, int64_t stride, int dtype, const float *src, int64_t D, float mul);
+static inline void fc_fwd_finish_rows(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t nr, const float *o,
+                                      int64_t ldo, const float *m, const float *l, fc_store_row_fn store) {
+    const int64_t G = a->Hq / a->Hkv;
+    const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
+    for (int64_t r = 0; r < nr; ++r) {
+        const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+        double factor, lse;
+        fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor, &lse);
+        const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
+        store((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, o + r * ldo, a->D, (float)factor);
+        if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
+    }
+}
+
+/* ---- the grouped forward's driver (attn_fwd_body.h, attn_fwd_avx512bf16.c) ----
+ * block: rows [r0, r0 + br) of the (query, group head) rows of batch b and
+ * kv head hk, over the key-list positions [p0, p1) of the block's keys
+ * (fc_keysegs_part of fc_fwd_rows_setup's keys); ws is this thread's
+ * scratch. part = NULL: finishes the rows (output, lse); else leaves their
+ * partial there (fc_fwd_merge's layout, rows = br, dp = the kernel's).
+ * finish: fc_fwd_finish_rows with the ISA's store (for merged rows). */
+typedef void (*fc_fwd_block_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1,
+                                float *ws, float *part);
+typedef void (*fc_fwd_finish_fn)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t nr, const float *o,
+                                 int64_t ldo, const float *m, const float *l);
+typedef struct fc_fwd_kernel {
+    int64_t br, bc;        /* query rows per block, keys per tile */
+    int64_t dp;            /* the head dim of the partial rows (≥ D) */
+    size_t scratch_floats; /* per thread, zeroed once per call */
+    fc_fwd_block_fn block;
+    fc_fwd_finish_fn finish;
+} fc_fwd_kernel;
+
+/* Items the grouped forward aims at before it splits keys, and the fewest
+ * keys per split (fc_fwd_nsplit): 32 items keep 16–32 cores busy, 512 keys
+ * (4 tiles) make a split's partial rows and merge cheap next to its work. */
+#define FC_FWD_SPLIT_TARGET 32
+#define FC_FWD_SPLIT_KEYS 512
+
+/* Runs the kernel over every (b, kv head, row block of br rows[, key
+ * split]) under OpenMP, heaviest first, then merges the splits. */
+flashc_status fc_fwd_run_grouped(const fc_attn *a, const fc_fwd_kernel *kn);
 
 #endif /* FLASHC_CPU_ATTN_FWD_H */

@@ -78,17 +78,17 @@ static inline void FN(copy_row)(uint16_t *dst, const uint16_t *src, int64_t D, i
         _mm512_storeu_si512(dst + d, _mm512_maskz_loadu_epi16(fc_tailmask32(D - d), src + d));
 }
 
-// qt is (dh, BR) bf16 pairs, kt is (nb, ldk) bf16 (pairs of each row read as one 32-bit load),
-// st is (BC, BR): st[j][r] = mul · Σ_e <qt[e][r], kt[j][2e..2e+1]>, for the key groups that meet
-// [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
-static void FN(qk)(const int32_t *qt, const uint16_t *kt, int64_t ldk, int nb, int64_t dh, const int32_t *jlo,
+// qt is (dh, BR) bf16 pairs, kr[j] (j < nb) points at key j's bf16 row (pairs read as one 32-bit
+// load), st is (BC, BR): st[j][r] = mul · Σ_e <qt[e][r], kr[j][2e..2e+1]>, for the key groups that
+// meet [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
+static void FN(qk)(const int32_t *qt, const uint16_t *const *kr, int nb, int64_t dh, const int32_t *jlo,
                    const int32_t *jhi, float *st, float mul) {
     enum { KB = FC_KB, RV = FC_RG / 16 };
     const __m512 vmul = _mm512_set1_ps(mul);
     for (int j = 0; j < nb; j += KB) {
         /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
         const uint16_t *k[KB];
-        for (int t = 0; t < KB; ++t) k[t] = kt + (j + t < nb ? j + t : nb - 1) * ldk;
+        for (int t = 0; t < KB; ++t) k[t] = kr[j + t < nb ? j + t : nb - 1];
         for (int rb = 0; rb < FC_BR; rb += FC_RG) {
             if (j >= jhi[rb / FC_RG] || j + KB <= jlo[rb / FC_RG]) continue;
             __m512 c[KB][RV];
@@ -239,9 +239,18 @@ static inline void FN(pack_vpair)(int32_t *vp, const uint16_t *v0, const uint16_
     }
 }
 
+/* fc_fwd_finish_fn: rows r0 .. r0 + nr − 1, o (nr, ldo). */
+static void FN(finish)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t nr, const float *o, int64_t ldo,
+                       const float *m, const float *l) {
+    fc_fwd_finish_rows(a, b, hk, r0, nr, o, ldo, m, l, fc_store_row);
+}
+
 // q, o are (B, Sq, Hq, D) bf16; k, v are (B, Sk, Hkv, D) bf16; lse is (B, Hq, Sq).
-// Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b (rows as attn_fwd_body.h).
-static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws) {
+// Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b (rows as attn_fwd_body.h) over
+// the key-list positions [p0, p1) of the block's keys: finished, or as a partial into part
+// (fc_fwd_block_fn).
+static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
+                      float *part) {
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
     const int64_t dp = (int64_t)FN(dpad)(D), dh = (D + 1) / 2;
     const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
@@ -298,28 +307,29 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
 
     /* K rows are read in place when a pair never straddles the row's end. */
     const int k_inplace = a->sk[3] == 1 && D % 2 == 0;
-    const fc_keysegs ks = rw.keys;
+    const fc_keysegs ks = fc_keysegs_part(&rw.keys, p0, p1);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];
             const int nb = (int)(j1 - j0);
             const int kind = fc_tile_kind(se, lo, hi, np, j0, j1);
             if (kind == FC_TILE_EMPTY) continue;
-            const uint16_t *kt = kp;
-            int64_t ldk = dp;
-            const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
-            const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
-            if (k_inplace) {
-                kt = k + ko0;
-                ldk = a->sk[1];
-            } else {
-                for (int jj = 0; jj < nb; ++jj)
-                    FN(copy_row)(kp + jj * dp, FN(row)(k + ko0 + jj * a->sk[1], a->sk[3], D, rbuf), D, dp);
+            /* The tile's K/V rows, dense or paged (fc_kv_rows). */
+            int64_t ko[FC_BC], vo[FC_BC];
+            const uint16_t *kr[FC_BC];
+            fc_kv_rows(a, a->sk, b, hk, j0, nb, ko);
+            fc_kv_rows(a, a->sv, b, hk, j0, nb, vo);
+            for (int jj = 0; jj < nb; ++jj) {
+                if (k_inplace) {
+                    kr[jj] = k + ko[jj];
+                } else {
+                    FN(copy_row)(kp + jj * dp, FN(row)(k + ko[jj], a->sk[3], D, rbuf), D, dp);
+                    kr[jj] = kp + jj * dp;
+                }
             }
             for (int jj = 0; jj < nb; jj += 2) {
-                const uint16_t *v0 = FN(row)(v + vo0 + jj * a->sv[1], a->sv[3], D, rbuf);
-                const uint16_t *v1 =
-                    jj + 1 < nb ? FN(row)(v + vo0 + (jj + 1) * a->sv[1], a->sv[3], D, rbuf + dp) : NULL;
+                const uint16_t *v0 = FN(row)(v + vo[jj], a->sv[3], D, rbuf);
+                const uint16_t *v1 = jj + 1 < nb ? FN(row)(v + vo[jj + 1], a->sv[3], D, rbuf + dp) : NULL;
                 FN(pack_vpair)(vp + (jj / 2) * dp, v0, v1, D, dp);
             }
             /* Fetch the next tile's K/V rows into L2 (see attn_fwd_body.h). */
@@ -330,7 +340,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
                                sel, lol, hil, jlo, jhi);
             /* As attn_fwd_body.h; the PV kernel widens [jlo, jhi) to whole
              * key pairs, whose extra keys have p = 0 (masked, or the pad). */
-            FN(qk)(qt, kt, ldk, nb, dh, jlo, jhi, st, mod.qk_mul);
+            FN(qk)(qt, kr, nb, dh, jlo, jhi, st, mod.qk_mul);
             fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
                                     sel, lol, hil);
             FN(softmax)(st, nb, m, l, alpha, pt);
@@ -344,20 +354,18 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
     }
 
     for (int rg = 0; rg < nr; rg += FC_VF_W) {
-        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
-        for (int kk = 0; kk < FC_VF_W && rg + kk < nr; ++kk) {
-            const int r = rg + kk;
-            const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-            double factor, lse;
-            fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor,
-                          &lse);
-            const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-            fc_store_row((uint16_t *)a->o + off, a->so[3], FLASHC_BF16, tmp + kk * dp, D, (float)factor);
-            if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
-        }
+        /* rows[k][d] = ot[d][rg + k]: into tmp, or the partial's rows */
+        float *rows = part ? part + rg * dp : tmp;
+        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, rows + d, dp);
+        if (!part) FN(finish)(a, b, hk, r0 + rg, nr - rg < FC_VF_W ? nr - rg : FC_VF_W, tmp, dp, m + rg, l + rg);
+    }
+    if (part) {
+        memcpy(part + FC_BR * dp, m, (size_t)nr * sizeof(float));
+        memcpy(part + FC_BR * dp + FC_BR, l, (size_t)nr * sizeof(float));
     }
 }
 
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a) {
-    return fc_fwd_run_grouped(a, FC_BR, FN(scratch_floats)(a->D), FN(block));
+    const fc_fwd_kernel kn = {FC_BR, FC_BC, (int64_t)FN(dpad)(a->D), FN(scratch_floats)(a->D), FN(block), FN(finish)};
+    return fc_fwd_run_grouped(a, &kn);
 }

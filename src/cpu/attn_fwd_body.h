@@ -34,6 +34,8 @@
  * differ per head, hence per row (lane): they are kept per row.
  */
 
+_Static_assert(FC_BR % FC_RG == 0 && FC_BR % (FC_SM_NV * FC_VF_W) == 0 && FC_RG % FC_VF_W == 0, "row blocking");
+
 static size_t FN(dpad)(int64_t D) { return (size_t)((D + FC_VF_W - 1) & ~(int64_t)(FC_VF_W - 1)); }
 
 /* Per-thread scratch in floats; int32 arrays are carved from it too. */
@@ -42,17 +44,20 @@ static size_t FN(scratch_floats)(int64_t D) {
     return 2 * dp * FC_BR + (size_t)FC_BC * FC_BR + 2 * (size_t)FC_BC * dp + 8 * FC_BR + FC_VF_W * dp;
 }
 
-// qt is (D, BR), kp is (nb, ldk), st is (BC, BR): st[j][r] = <qt[:, r], kp[j, :]>, computed for the
-// key groups that meet [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as they were).
-static void FN(qk)(const float *qt, const float *kp, int64_t ldk, int nb, int64_t D, const int32_t *jlo,
+// qt is (D, BR), kr[j] (j < nb) points at key j's fp32 row, st is (BC, BR): st[j][r] = <qt[:, r], kr[j]>,
+// computed for the key groups that meet [jlo[g], jhi[g]) of row group g = r / FC_RG (others left as
+// they were).
+static void FN(qk)(const float *qt, const float *const *kr, int nb, int64_t D, const int32_t *jlo,
                    const int32_t *jhi, float *st) {
     enum { KB = FC_QK_KB, RV = FC_RG / FC_VF_W };
-    for (int j = 0; j < nb; j += KB) {
-        /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
-        const float *k[KB];
-        for (int t = 0; t < KB; ++t) k[t] = kp + (j + t < nb ? j + t : nb - 1) * ldk;
-        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
-            if (j >= jhi[rb / FC_RG] || j + KB <= jlo[rb / FC_RG]) continue;
+    /* Row groups outermost: a group's Qt columns (D·FC_RG floats) stay in
+     * L1 while the tile's keys stream past them from L2. */
+    for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+        const int g = rb / FC_RG;
+        for (int j = jlo[g] / KB * KB; j < jhi[g]; j += KB) {
+            /* The last group repeats key nb−1 into st rows ≥ nb (never read). */
+            const float *k[KB];
+            for (int t = 0; t < KB; ++t) k[t] = kr[j + t < nb ? j + t : nb - 1];
             fc_vf c[KB][RV];
 #pragma GCC unroll 8
             for (int t = 0; t < KB; ++t)
@@ -79,10 +84,11 @@ static void FN(qk)(const float *qt, const float *kp, int64_t ldk, int nb, int64_
     }
 }
 
-// st is (BC, BR) scores in log2 units; m, l, alpha are (BR).
-static void FN(softmax)(float *st, int nb, float *m, float *l, float *alpha) {
+// st is (BC, BR) scores in log2 units; m, l, alpha are (BR); rows [0, nrs) (a multiple of
+// FC_SM_NV·FC_VF_W) are updated, the others left as they are.
+static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha) {
     enum { NV = FC_SM_NV, W = FC_VF_W };
-    for (int r0 = 0; r0 < FC_BR; r0 += NV * W) {
+    for (int r0 = 0; r0 < nrs; r0 += NV * W) {
         fc_vf mx[NV], ms[NV], sum[NV];
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) mx[v] = fc_vf_loada(m + r0 + v * W);
@@ -114,31 +120,35 @@ static void FN(softmax)(float *st, int nb, float *m, float *l, float *alpha) {
     }
 }
 
-// ot is (dp, BR), pt is (BC, BR), vp is (nb, ldv):
-// ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo[g] ≤ j < jhi[g]} vp[j][d]·pt[j][r], g = r / FC_RG,
-// for d < D rounded up to FC_PV_DBLOCK (columns past D are zero in vp and never stored).
-static void FN(pv)(float *ot, int64_t D, const float *pt, const float *vp, int64_t ldv, const int32_t *jlo,
+// ot is (dp, BR), pt is (BC, BR), vr[j] (j < nb) points at value j's fp32 row:
+// ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo[g] ≤ j < jhi[g]} vr[j][d]·pt[j][r], g = r / FC_RG,
+// for d < D rounded up to FC_PV_DBLOCK (columns past D are zero in converted rows and never stored).
+static void FN(pv)(float *ot, int64_t D, const float *pt, const float *const *vr, const int32_t *jlo,
                    const int32_t *jhi, const float *alpha) {
     enum { DB = FC_PV_DBLOCK, RV = FC_RG / FC_VF_W };
-    for (int64_t d = 0; d < D; d += DB) {
-        for (int rb = 0; rb < FC_BR; rb += FC_RG) {
-            fc_vf al[RV], c[DB][RV];
+    /* Row groups outermost: a group's P columns (nb·FC_RG floats) stay in
+     * L1 while the head dims walk the tile's V rows. */
+    for (int rb = 0; rb < FC_BR; rb += FC_RG) {
+        const int j0 = jlo[rb / FC_RG], j1 = jhi[rb / FC_RG];
+        fc_vf al[RV];
 #pragma GCC unroll 4
-            for (int v = 0; v < RV; ++v) al[v] = fc_vf_loada(alpha + rb + v * FC_VF_W);
+        for (int v = 0; v < RV; ++v) al[v] = fc_vf_loada(alpha + rb + v * FC_VF_W);
+        for (int64_t d = 0; d < D; d += DB) {
+            fc_vf c[DB][RV];
             float *o = ot + d * FC_BR + rb;
 #pragma GCC unroll 8
             for (int t = 0; t < DB; ++t)
 #pragma GCC unroll 4
                 for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_mul(fc_vf_loada(o + t * FC_BR + v * FC_VF_W), al[v]);
-            const int j0 = jlo[rb / FC_RG], j1 = jhi[rb / FC_RG];
-            const float *p = pt + (int64_t)j0 * FC_BR + rb, *vr = vp + j0 * ldv + d;
-            for (int j = j0; j < j1; ++j, p += FC_BR, vr += ldv) {
+            const float *p = pt + (int64_t)j0 * FC_BR + rb;
+            for (int j = j0; j < j1; ++j, p += FC_BR) {
+                const float *vj = vr[j] + d;
                 fc_vf pv[RV];
 #pragma GCC unroll 4
                 for (int v = 0; v < RV; ++v) pv[v] = fc_vf_loada(p + v * FC_VF_W);
 #pragma GCC unroll 8
                 for (int t = 0; t < DB; ++t) {
-                    const fc_vf b = fc_vf_bcast(vr + t);
+                    const fc_vf b = fc_vf_bcast(vj + t);
 #pragma GCC unroll 4
                     for (int v = 0; v < RV; ++v) c[t][v] = fc_vf_fma(pv[v], b, c[t][v]);
                 }
@@ -151,11 +161,11 @@ static void FN(pv)(float *ot, int64_t D, const float *pt, const float *vp, int64
     }
 }
 
-/* Does rows [0, nb) × columns [0, D) of v (row stride ldv) hold only finite values? */
-static int FN(rows_finite)(const float *v, int64_t ldv, int nb, int64_t D) {
+/* Do rows vr[0..nb) × columns [0, D) hold only finite values? */
+static int FN(rows_finite)(const float *const *vr, int nb, int64_t D) {
     fc_vm bad = fc_vm_tail(0);
     for (int j = 0; j < nb; ++j) {
-        const float *r = v + j * ldv;
+        const float *r = vr[j];
         int64_t d = 0;
         for (; d + FC_VF_W <= D; d += FC_VF_W) bad = fc_vm_or(bad, fc_vf_nonfinite(fc_vf_load(r + d)));
         if (d < D) bad = fc_vm_or(bad, fc_vf_nonfinite(fc_vf_load_tail(r + d, D - d)));
@@ -167,7 +177,7 @@ static int FN(rows_finite)(const float *v, int64_t ldv, int nb, int64_t D) {
 // does not see, and 0·inf would be NaN, so V is zeroed in the lanes whose p is 0. The same FMAs
 // in the same order as FN(pv) otherwise, so that a row's output does not change by a bit when
 // values it cannot see turn non-finite. d < D only; a rare path, one vector of rows at a time.
-static void FN(pv_masked)(float *ot, int64_t D, const float *pt, const float *vp, int64_t ldv, const int32_t *jlo,
+static void FN(pv_masked)(float *ot, int64_t D, const float *pt, const float *const *vr, const int32_t *jlo,
                           const int32_t *jhi, const float *alpha) {
     for (int rb = 0; rb < FC_BR; rb += FC_VF_W) {
         const int j0 = jlo[rb / FC_RG], j1 = jhi[rb / FC_RG];
@@ -177,20 +187,34 @@ static void FN(pv_masked)(float *ot, int64_t D, const float *pt, const float *vp
             fc_vf c = fc_vf_mul(fc_vf_loada(o), al);
             for (int j = j0; j < j1; ++j) {
                 const fc_vf p = fc_vf_loada(pt + (int64_t)j * FC_BR + rb);
-                c = fc_vf_fma(p, fc_vf_keep(fc_vf_ne(p, fc_vf_zero()), fc_vf_bcast(vp + j * ldv + d)), c);
+                c = fc_vf_fma(p, fc_vf_keep(fc_vf_ne(p, fc_vf_zero()), fc_vf_bcast(vr[j] + d)), c);
             }
             fc_vf_storea(o, c);
         }
     }
 }
 
+/* fc_fwd_finish_fn: rows r0 .. r0 + nr − 1, o (nr, ldo). */
+static void FN(finish)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t nr, const float *o, int64_t ldo,
+                       const float *m, const float *l) {
+    fc_fwd_finish_rows(a, b, hk, r0, nr, o, ldo, m, l, fc_store_row);
+}
+
 // q, o are (B, Sq, Hq, D); k, v are (B, Sk, Hkv, D); lse is (B, Hq, Sq).
-// Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b.
-static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float *ws) {
+// Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b over the key-list positions
+// [p0, p1) of the block's keys: finished, or as a partial into part (fc_fwd_block_fn).
+static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
+                      float *part) {
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
     const int64_t dp = (int64_t)FN(dpad)(D);
     const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
     const int nrv = (nr + FC_VF_W - 1) / FC_VF_W * FC_VF_W; /* rows in whole vectors */
+    /* Rows the softmax updates: the row groups with a real row, in whole
+     * softmax passes (a chunk of a few query tokens fills one or two groups;
+     * the others have no keys and their alpha, only ever multiplying zero
+     * accumulators, stays finite from an earlier pass or the zeroed scratch). */
+    enum { SMR = FC_SM_NV * FC_VF_W };
+    const int nrg = (nr + FC_RG - 1) / FC_RG * FC_RG, nrs = (nrg + SMR - 1) / SMR * SMR;
     float *qt = ws;                         /* (dp, BR) */
     float *ot = qt + dp * FC_BR;            /* (dp, BR) */
     float *st = ot + dp * FC_BR;            /* (BC, BR) */
@@ -241,30 +265,35 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
 
     const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1;
     const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % FC_PV_DBLOCK == 0;
-    const fc_keysegs ks = rw.keys;
+    const fc_keysegs ks = fc_keysegs_part(&rw.keys, p0, p1);
     for (int sg = 0; sg < ks.n; ++sg) {
         for (int64_t j0 = ks.s0[sg]; j0 < ks.s1[sg]; j0 += FC_BC) {
             const int64_t j1 = j0 + FC_BC < ks.s1[sg] ? j0 + FC_BC : ks.s1[sg];
             const int nb = (int)(j1 - j0);
             const int kind = fc_tile_kind(se, lo, hi, np, j0, j1);
             if (kind == FC_TILE_EMPTY) continue;
-            /* fp32 rows with unit d-stride are used in place (any row
-             * stride, even 0 or negative); others are converted into kp/vp.
-             * The PV kernel reads d up to D rounded to FC_PV_DBLOCK, so V
-             * is used in place only when that stays inside the row. */
-            const float *kt = kp, *vt = vp;
-            int64_t ldk = dp, ldv = dp;
-            const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
-            const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
-            if (k_inplace) { kt = (const float *)a->k + ko0; ldk = a->sk[1]; }
-            if (v_inplace) { vt = (const float *)a->v + vo0; ldv = a->sv[1]; }
+            /* The tile's K/V rows (dense or paged: fc_kv_rows). fp32 rows
+             * with unit d-stride are used in place (any row stride, even 0
+             * or negative); others are converted into kp/vp. The PV kernel
+             * reads d up to D rounded to FC_PV_DBLOCK, so V is used in
+             * place only when that stays inside the row. */
+            int64_t ko[FC_BC], vo[FC_BC];
+            const float *kr[FC_BC], *vr[FC_BC];
+            fc_kv_rows(a, a->sk, b, hk, j0, nb, ko);
+            fc_kv_rows(a, a->sv, b, hk, j0, nb, vo);
             for (int jj = 0; jj < nb; ++jj) {
-                if (!k_inplace)
-                    fc_cvt_row(kp + jj * dp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
-                               a->sk[3], a->dtype, D, 1.0f);
-                if (!v_inplace)
-                    fc_cvt_row(vp + jj * dp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
-                               a->sv[3], a->dtype, D, 1.0f);
+                if (k_inplace) {
+                    kr[jj] = (const float *)a->k + ko[jj];
+                } else {
+                    fc_cvt_row(kp + jj * dp, (const char *)a->k + ko[jj] * (int64_t)esz, a->sk[3], a->dtype, D, 1.0f);
+                    kr[jj] = kp + jj * dp;
+                }
+                if (v_inplace) {
+                    vr[jj] = (const float *)a->v + vo[jj];
+                } else {
+                    fc_cvt_row(vp + jj * dp, (const char *)a->v + vo[jj] * (int64_t)esz, a->sv[3], a->dtype, D, 1.0f);
+                    vr[jj] = vp + jj * dp;
+                }
             }
             /* K/V of a long sequence live in L3 (a block streams all of its
              * head's keys): fetch the next tile into L2 while this one is
@@ -276,11 +305,11 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
             int32_t jlo[FC_BR / FC_RG], jhi[FC_BR / FC_RG];
             fc_tile_row_bounds(kind == FC_TILE_PARTIAL, FC_BR, FC_RG, r0, nr, G, ia, np, se, lo, hi, j0, nb,
                                sel, lol, hil, jlo, jhi);
-            /* st[j][r] = Σ_d qt[d][r]·kt[j][d] for j < nb; entries outside
+            /* st[j][r] = Σ_d qt[d][r]·kr[j][d] for j < nb; entries outside
              * the group's [jlo, jhi) may be left stale (the mask overwrites
              * them), rows of st up to nb rounded to the kernel's key
              * blocking may be overwritten. */
-            FN(qk)(qt, kt, ldk, nb, D, jlo, jhi, st);
+            FN(qk)(qt, kr, nb, D, jlo, jhi, st);
             /* The score step (softcap, ALiBi) on rows < nrv, then, in a
              * partial tile, st[j][r] = −inf where row r does not see key
              * j0 + j. A plain full tile is left as it is. (Fusing the step
@@ -290,34 +319,31 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, float
                                     sel, lol, hil);
             /* Online softmax over st[0..nb): updates m, l; st becomes
              * P = 2^(st − m_new); alpha = 2^(m_old − m_new). */
-            FN(softmax)(st, nb, m, l, alpha);
-            /* ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo ≤ j < jhi} vt[j][d]·st[j][r]
+            FN(softmax)(st, nb, nrs, m, l, alpha);
+            /* ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo ≤ j < jhi} vr[j][d]·st[j][r]
              * (P is 0 outside), d < D rounded up to FC_PV_DBLOCK. In a
              * partial tile a row's P is 0 on keys it does not see; should
              * V hold an inf or NaN there, 0·inf must not reach the row. */
-            if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vt, ldv, nb, D))
-                FN(pv_masked)(ot, D, st, vt, ldv, jlo, jhi, alpha);
+            if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vr, nb, D))
+                FN(pv_masked)(ot, D, st, vr, jlo, jhi, alpha);
             else
-                FN(pv)(ot, D, st, vt, ldv, jlo, jhi, alpha);
+                FN(pv)(ot, D, st, vr, jlo, jhi, alpha);
         }
     }
 
     for (int rg = 0; rg < nr; rg += FC_VF_W) {
-        /* tmp[k][d] = ot[d][rg + k] */
-        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, tmp + d, dp);
-        for (int k = 0; k < FC_VF_W && rg + k < nr; ++k) {
-            const int r = rg + k;
-            const int64_t i = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-            double factor, lse;
-            fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor,
-                          &lse);
-            const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-            fc_store_row((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, tmp + k * dp, D, (float)factor);
-            if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
-        }
+        /* rows[k][d] = ot[d][rg + k]: into tmp, or the partial's rows */
+        float *rows = part ? part + rg * dp : tmp;
+        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, rows + d, dp);
+        if (!part) FN(finish)(a, b, hk, r0 + rg, nr - rg < FC_VF_W ? nr - rg : FC_VF_W, tmp, dp, m + rg, l + rg);
+    }
+    if (part) {
+        memcpy(part + FC_BR * dp, m, (size_t)nr * sizeof(float));
+        memcpy(part + FC_BR * dp + FC_BR, l, (size_t)nr * sizeof(float));
     }
 }
 
 static flashc_status FN(run)(const fc_attn *a) {
-    return fc_fwd_run_grouped(a, FC_BR, FN(scratch_floats)(a->D), FN(block));
+    const fc_fwd_kernel kn = {FC_BR, FC_BC, (int64_t)FN(dpad)(a->D), FN(scratch_floats)(a->D), FN(block), FN(finish)};
+    return fc_fwd_run_grouped(a, &kn);
 }

@@ -19,17 +19,21 @@
  * Every K/V element is read once per (b, kv head) and used by all R rows.
  *
  * Rows: all R = Sq·G rows of kv head hk (row r is query position r / G of
- * head hk·G + r % G), R ≤ FC_DEC_ROWS_CAP. Work items are (b, kv head,
- * key split). When B·Hkv is small and the keys many, the visible keys are
- * cut into nsplit contiguous ranges; each item leaves (m, ℓ, O) partials
- * and a second loop merges them in split order. nsplit depends only on the
- * shape, never on the thread count, so results are bit-identical across
+ * head hk·G + r % G), R ≤ FC_DEC_ROWS_CAP. Work items are (b, group of kv
+ * heads, key split): a group takes each chunk of keys for all its heads in
+ * turn, so that K/V stream as they lie in memory (dec_item). When the
+ * (b, kv head) pairs are few and the keys many, the visible keys are cut
+ * into nsplit contiguous ranges; each item leaves (m, ℓ, O) partials per
+ * head and a second loop merges them in split order. nsplit depends only
+ * on the shape, never on the thread count (the grouping may, but a head's
+ * arithmetic does not depend on it), so results are bit-identical across
  * OMP_NUM_THREADS.
  */
 
 #define FC_DEC_ROWS_CAP 64
-#define FC_DEC_SPLIT_KEYS 512 /* fewest keys per split */
-#define FC_DEC_TARGET_ITEMS 16
+#define FC_DEC_SPLIT_KEYS 256 /* fewest keys per split */
+#define FC_DEC_TARGET_ITEMS 32 /* (b, kv head, split) items aimed at */
+#define FC_DEC_GROUP_FLOATS 32768 /* per-head q and o rows of a group of kv heads (128 KB) */
 #ifndef FC_DEC_PFK
 #define FC_DEC_PFK 32 /* prefetch distance in keys */
 #endif
@@ -40,10 +44,10 @@ static int64_t FN(dec_dpp)(int64_t D) {
     return (D + w - 1) / w * w;
 }
 
-/* Per-thread scratch in floats: q (R, dpp), kp and vp (VW, dpp),
- * p (R, VW), alpha, slope, ioff (R) (+ slack). */
-static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp) {
-    return (size_t)(R * dpp + 2 * FC_VF_W * dpp + R * FC_VF_W + 3 * R + 16);
+/* Per-thread scratch in floats: kp and vp (VW, dpp), p (R, VW), alpha (R),
+ * then per head of a group of nh: q (R, dpp), slope, ioff (R) (+ slack). */
+static size_t FN(dec_scratch_floats)(int64_t R, int64_t dpp, int64_t nh) {
+    return (size_t)(2 * FC_VF_W * dpp + R * FC_VF_W + R + nh * (R * dpp + 2 * R) + 16);
 }
 
 // q is (nr, ldq) pre-scaled, kr[j] (j < VW) points at key j's fp32 row
@@ -81,11 +85,11 @@ static inline __attribute__((always_inline)) void FN(dec_qk)(const float *q, int
     for (int r = 0; r < nr; ++r) s[r] = fc_vf_hreduce(buf + r * FC_VF_W);
 }
 
-// o is (nr, ldo), p is (nr, VW), vt is (nb, ldv): for d < dpp,
-// o[r][d] = alpha[r]·o[r][d] + Σ_{j<nb} p[r][j]·vt[j][d]. 4 vectors of d × nr rows.
+// o is (nr, ldo), p is (nr, VW), vr[j] (j < nb) points at value j's fp32 row: for d < dpp,
+// o[r][d] = alpha[r]·o[r][d] + Σ_{j<nb} p[r][j]·vr[j][d]. 4 vectors of d × nr rows.
 static inline __attribute__((always_inline)) void FN(dec_pv)(float *o, int64_t ldo, const int nr, const float *p,
-                                                            const float *alpha, const float *vt, int64_t ldv,
-                                                            int nb, int64_t dpp) {
+                                                            const float *alpha, const float *const *vr, int nb,
+                                                            int64_t dpp) {
     for (int64_t d = 0; d < dpp; d += 4 * FC_VF_W) {
         fc_vf acc[4][4];
 #pragma GCC unroll 4
@@ -94,8 +98,8 @@ static inline __attribute__((always_inline)) void FN(dec_pv)(float *o, int64_t l
 #pragma GCC unroll 4
             for (int t = 0; t < 4; ++t) acc[r][t] = fc_vf_mul(fc_vf_load(o + r * ldo + d + t * FC_VF_W), al);
         }
-        const float *v = vt + d;
-        for (int j = 0; j < nb; ++j, v += ldv) {
+        for (int j = 0; j < nb; ++j) {
+            const float *v = vr[j] + d;
             fc_vf vv[4];
 #pragma GCC unroll 4
             for (int t = 0; t < 4; ++t) vv[t] = fc_vf_load(v + t * FC_VF_W);
@@ -161,7 +165,7 @@ static inline __attribute__((always_inline)) void FN(dec_scores)(
 // not see, and 0·inf would be NaN, so products with p = 0 are dropped (as the scalar oracle does).
 // A rare path: one row and one vector of d at a time.
 static void FN(dec_pv_masked)(float *o, int64_t ldo, int64_t R, const float *p, const float *alpha,
-                              const float *vt, int64_t ldv, int nb, int64_t D) {
+                              const float *const *vr, int nb, int64_t D) {
     for (int64_t r = 0; r < R; ++r) {
         const fc_vf al = fc_vf_set1(alpha[r]);
         for (int64_t d = 0; d < D; d += FC_VF_W) {
@@ -169,115 +173,130 @@ static void FN(dec_pv_masked)(float *o, int64_t ldo, int64_t R, const float *p, 
             fc_vf acc = fc_vf_mul(fc_vf_load(orow), al);
             for (int j = 0; j < nb; ++j) {
                 const float pj = p[r * FC_VF_W + j];
-                if (pj != 0.0f) acc = fc_vf_fma(fc_vf_set1(pj), fc_vf_load_tail(vt + j * ldv + d, D - d), acc);
+                if (pj != 0.0f) acc = fc_vf_fma(fc_vf_set1(pj), fc_vf_load_tail(vr[j] + d, D - d), acc);
             }
             fc_vf_store(orow, acc);
         }
     }
 }
 
-// Rows of (b, hk) over the key-list positions [p0, p1) of ks (the union of
-// the rows' visible keys, in order). Leaves the unnormalised o (R, dpp),
-// running max m (log2 units) and sum l.
-static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keysegs *ks, int64_t p0,
-                         int64_t p1, const int64_t *se, const int64_t *lo, const int64_t *hi, float *ws,
-                         float *o, float *m, float *l) {
+// Rows of the nh kv heads hk0 .. hk0 + nh − 1 of batch b over the key-list positions [p0, p1) of ks
+// (the union of the rows' visible keys, in order). Each chunk of keys is taken for every head of the
+// group in turn, so that K/V are read as they lie in memory ([Sk, Hkv, D]: a chunk's rows of all the
+// heads are one contiguous span; a head's rows alone are Hkv·D apart, and reading them head by head
+// ran 1.3–2× slower on the dev VM). A head's arithmetic does not depend on its group. Leaves for head
+// hk0 + h, at out + h·per_part, the unnormalised o (R, dpp), then the running max m (R, log2 units),
+// then the sum l (R).
+static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk0, int64_t nh, const fc_keysegs *ks, int64_t p0,
+                         int64_t p1, const int64_t *se, const int64_t *lo, const int64_t *hi, float *ws, float *out,
+                         int64_t per_part) {
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
     const int64_t dpp = FN(dec_dpp)(D), dp = (D + FC_VF_W - 1) / FC_VF_W * FC_VF_W;
-    float *q = ws;                       /* (R, dpp), columns ≥ D stay 0 */
-    float *kp = q + R * dpp;             /* (VW, dpp), columns ≥ D stay 0 */
+    float *kp = ws;                      /* (VW, dpp), columns ≥ D stay 0 */
     float *vp = kp + FC_VF_W * dpp;      /* (VW, dpp), columns ≥ D stay 0 */
     float *pb = vp + FC_VF_W * dpp;      /* (R, VW) probabilities of the chunk */
     float *alpha = pb + R * FC_VF_W;     /* (R) */
-    float *slope = alpha + R;            /* (R) log2e·ALiBi slope of the row's head */
-    float *ioff = slope + R;             /* (R) i + Sk − Sq of the row (ALiBi distance) */
+    float *qh = alpha + R;               /* per head: q (R, dpp) (columns ≥ D stay 0), slope (R), ioff (R) */
+    const int64_t per_head = R * dpp + 2 * R;
     const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
     /* The score pipeline in log2 units (attn_score.h); qk_mul and cap are
-     * the same for every head, the slope is per head. */
+     * the same for every head, the slope (per row: slope, ioff = U·slope
+     * and i + Sk − Sq of the row) is per head. */
     const fc_score_params sp = fc_attn_score(a);
     const int mode = fc_score_mode(&sp);
-    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk * G, FC_LOG2E));
+    const fc_score_modf mod = fc_score_modf_of(fc_score_mod_make(&sp, b, hk0 * G, FC_LOG2E));
 
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r / G, h = hk * G + r % G;
-        const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
-        fc_cvt_row(q + r * dpp, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, mod.qk_mul);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-        for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
+    for (int64_t x = 0; x < nh; ++x) {
+        const int64_t hk = hk0 + x;
+        float *q = qh + x * per_head, *o = out + x * per_part, *m = o + R * dpp, *l = m + R;
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = r / G, h = hk * G + r % G;
+            const int64_t off = b * a->sq[0] + i * a->sq[1] + h * a->sq[2];
+            fc_cvt_row(q + r * dpp, (const char *)a->q + off * (int64_t)esz, a->sq[3], a->dtype, D, mod.qk_mul);
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
+        }
+        fc_fwd_rows_alibi(&sp, b, hk, G, 0, (int)R, (int)R, FC_LOG2E, q + R * dpp, q + R * dpp + R);
     }
-    fc_fwd_rows_alibi(&sp, b, hk, G, 0, (int)R, (int)R, FC_LOG2E, slope, ioff);
 
     const int k_inplace = a->dtype == FLASHC_F32 && a->sk[3] == 1 && D % FC_VF_W == 0;
     fc_vf hbuf[4 * FC_VF_W];             /* partial sums of the QK kernel */
     const int v_inplace = a->dtype == FLASHC_F32 && a->sv[3] == 1 && D % (4 * FC_VF_W) == 0;
     const int pf = a->sk[3] == 1 && a->sv[3] == 1;
-    int64_t base = 0; /* key-list position of the segment's first key */
-    for (int sg = 0; sg < ks->n; ++sg) {
-        const int64_t len = ks->s1[sg] - ks->s0[sg];
-        const int64_t q0 = p0 > base ? p0 : base, q1 = p1 < base + len ? p1 : base + len;
-        const int64_t ja = ks->s0[sg] + (q0 - base), jb = ks->s0[sg] + (q1 - base);
-        base += len;
+    const fc_keysegs kp_ = fc_keysegs_part(ks, p0, p1);
+    for (int sg = 0; sg < kp_.n; ++sg) {
+        const int64_t ja = kp_.s0[sg], jb = kp_.s1[sg];
         for (int64_t j0 = ja; j0 < jb; j0 += FC_VF_W) {
             const int nb = (int)(jb - j0 < FC_VF_W ? jb - j0 : FC_VF_W);
             const int kind = fc_tile_kind(se, lo, hi, (int)Sq, j0, j0 + nb);
             if (kind == FC_TILE_EMPTY) continue;
-            const int64_t ko0 = b * a->sk[0] + j0 * a->sk[1] + hk * a->sk[2];
-            const int64_t vo0 = b * a->sv[0] + j0 * a->sv[1] + hk * a->sv[2];
-            if (pf) { /* FC_DEC_PFK keys ahead: K/V stream from L3 or DRAM */
-                for (int jj = FC_DEC_PFK; jj < FC_DEC_PFK + FC_VF_W && j0 + jj < jb; ++jj) {
-                    const char *kr = (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz;
-                    const char *vr = (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz;
-                    for (int64_t x = 0; x < D * (int64_t)esz; x += 64) {
-                        __builtin_prefetch(kr + x, 0, 2);
-                        __builtin_prefetch(vr + x, 0, 2);
+            int64_t ko[FC_VF_W], vo[FC_VF_W];
+            if (pf && j0 + FC_DEC_PFK < jb) { /* FC_DEC_PFK keys ahead: K/V stream from L3 or DRAM */
+                const int64_t n = jb - (j0 + FC_DEC_PFK) < FC_VF_W ? jb - (j0 + FC_DEC_PFK) : FC_VF_W;
+                for (int64_t x = 0; x < nh; ++x) {
+                    fc_kv_rows(a, a->sk, b, hk0 + x, j0 + FC_DEC_PFK, n, ko);
+                    fc_kv_rows(a, a->sv, b, hk0 + x, j0 + FC_DEC_PFK, n, vo);
+                    for (int64_t jj = 0; jj < n; ++jj) {
+                        const char *kx = (const char *)a->k + ko[jj] * (int64_t)esz;
+                        const char *vx = (const char *)a->v + vo[jj] * (int64_t)esz;
+                        for (int64_t y = 0; y < D * (int64_t)esz; y += 64) {
+                            __builtin_prefetch(kx + y, 0, 2);
+                            __builtin_prefetch(vx + y, 0, 2);
+                        }
                     }
                 }
             }
-            /* Key rows as fp32: in place when fp32 with unit d-stride (any
-             * row stride), else converted into kp. Lanes ≥ nb repeat key
-             * nb − 1 (their scores are masked). */
-            const float *kr[FC_VF_W];
-            if (k_inplace) {
-                const float *k = (const float *)a->k + ko0;
-                for (int jj = 0; jj < FC_VF_W; ++jj) kr[jj] = k + (jj < nb ? jj : nb - 1) * a->sk[1];
-            } else {
-                for (int jj = 0; jj < nb; ++jj)
-                    fc_cvt_row(kp + jj * dpp, (const char *)a->k + (ko0 + jj * a->sk[1]) * (int64_t)esz,
-                               a->sk[3], a->dtype, D, 1.0f);
-                for (int jj = 0; jj < FC_VF_W; ++jj) kr[jj] = kp + (jj < nb ? jj : nb - 1) * dpp;
-            }
-            const float *vt = vp;
-            int64_t ldv = dpp;
-            if (v_inplace) {
-                vt = (const float *)a->v + vo0;
-                ldv = a->sv[1];
-            } else {
-                for (int jj = 0; jj < nb; ++jj)
-                    fc_cvt_row(vp + jj * dpp, (const char *)a->v + (vo0 + jj * a->sv[1]) * (int64_t)esz,
-                               a->sv[3], a->dtype, D, 1.0f);
-            }
+            for (int64_t x = 0; x < nh; ++x) {
+                const int64_t hk = hk0 + x;
+                const float *q = qh + x * per_head, *slope = q + R * dpp, *ioff = slope + R;
+                float *o = out + x * per_part, *m = o + R * dpp, *l = m + R;
+                /* The chunk's K/V rows, dense or paged (fc_kv_rows), as fp32:
+                 * in place when fp32 with unit d-stride (any row stride),
+                 * else converted into kp / vp. Key lanes ≥ nb repeat key
+                 * nb − 1 (their scores are masked). */
+                fc_kv_rows(a, a->sk, b, hk, j0, nb, ko);
+                fc_kv_rows(a, a->sv, b, hk, j0, nb, vo);
+                const float *kr[FC_VF_W], *vr[FC_VF_W];
+                for (int jj = 0; jj < nb; ++jj) {
+                    if (k_inplace) {
+                        kr[jj] = (const float *)a->k + ko[jj];
+                    } else {
+                        fc_cvt_row(kp + jj * dpp, (const char *)a->k + ko[jj] * (int64_t)esz, a->sk[3], a->dtype, D,
+                                   1.0f);
+                        kr[jj] = kp + jj * dpp;
+                    }
+                    if (v_inplace) {
+                        vr[jj] = (const float *)a->v + vo[jj];
+                    } else {
+                        fc_cvt_row(vp + jj * dpp, (const char *)a->v + vo[jj] * (int64_t)esz, a->sv[3], a->dtype, D,
+                                   1.0f);
+                        vr[jj] = vp + jj * dpp;
+                    }
+                }
+                for (int jj = nb; jj < FC_VF_W; ++jj) kr[jj] = kr[nb - 1];
 #define FC_DEC_SCORES(md)                                                                                  \
     FN(dec_scores)((md), a, R, G, q, dpp, kr, dp, hbuf, kind, j0, nb, se, lo, hi, mod.cap, slope, ioff, pb, \
                    alpha, m, l)
-            FC_VSCORE_DISPATCH(mode, FC_DEC_SCORES);
+                FC_VSCORE_DISPATCH(mode, FC_DEC_SCORES);
 #undef FC_DEC_SCORES
-            /* A row's P is 0 on the keys of a partial chunk it does not
-             * see; should V hold an inf or NaN there, 0·inf must not
-             * reach the row. */
-            if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vt, ldv, nb, D)) {
-                FN(dec_pv_masked)(o, dpp, R, pb, alpha, vt, ldv, nb, D);
-                continue;
-            }
-            for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
-                const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
-                float *orow = o + r0 * dpp;
-                const float *pr = pb + r0 * FC_VF_W, *al = alpha + r0;
-                switch (nr) {
-                case 1: FN(dec_pv)(orow, dpp, 1, pr, al, vt, ldv, nb, dpp); break;
-                case 2: FN(dec_pv)(orow, dpp, 2, pr, al, vt, ldv, nb, dpp); break;
-                case 3: FN(dec_pv)(orow, dpp, 3, pr, al, vt, ldv, nb, dpp); break;
-                default: FN(dec_pv)(orow, dpp, 4, pr, al, vt, ldv, nb, dpp); break;
+                /* A row's P is 0 on the keys of a partial chunk it does not
+                 * see; should V hold an inf or NaN there, 0·inf must not
+                 * reach the row. */
+                if (kind == FC_TILE_PARTIAL && !FN(rows_finite)(vr, nb, D)) {
+                    FN(dec_pv_masked)(o, dpp, R, pb, alpha, vr, nb, D);
+                    continue;
+                }
+                for (int64_t r0 = 0; r0 < R; r0 += FC_DEC_ROWBLK) {
+                    const int nr = (int)(R - r0 < FC_DEC_ROWBLK ? R - r0 : FC_DEC_ROWBLK);
+                    float *orow = o + r0 * dpp;
+                    const float *pr = pb + r0 * FC_VF_W, *al = alpha + r0;
+                    switch (nr) {
+                    case 1: FN(dec_pv)(orow, dpp, 1, pr, al, vr, nb, dpp); break;
+                    case 2: FN(dec_pv)(orow, dpp, 2, pr, al, vr, nb, dpp); break;
+                    case 3: FN(dec_pv)(orow, dpp, 3, pr, al, vr, nb, dpp); break;
+                    default: FN(dec_pv)(orow, dpp, 4, pr, al, vr, nb, dpp); break;
+                    }
                 }
             }
         }
@@ -287,47 +306,46 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk, const fc_keyse
 // o (R, dpp), m, l of (b, hk) → the output rows and lse.
 static void FN(dec_finish)(const fc_attn *a, int64_t b, int64_t hk, const float *o, const float *m,
                            const float *l) {
-    const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, dpp = FN(dec_dpp)(a->D);
-    const size_t esz = a->dtype == FLASHC_F32 ? 4 : 2;
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r / G, h = hk * G + r % G;
-        double factor, lse;
-        fc_row_finish((double)m[r] * FC_LN2, (double)l[r], a->sink_logits != NULL, fc_attn_sink(a, h), &factor, &lse);
-        const int64_t off = b * a->so[0] + i * a->so[1] + h * a->so[2];
-        fc_store_row((char *)a->o + off * (int64_t)esz, a->so[3], a->dtype, o + r * dpp, a->D, (float)factor);
-        if (a->lse) ((float *)a->lse)[b * a->slse[0] + h * a->slse[1] + i * a->slse[2]] = (float)lse;
-    }
+    fc_fwd_finish_rows(a, b, hk, 0, a->Sq * (a->Hq / a->Hkv), o, FN(dec_dpp)(a->D), m, l, fc_store_row);
 }
 
 static flashc_status FN(dec_run)(const fc_attn *a) {
     const int64_t G = a->Hq / a->Hkv, R = a->Sq * G, Sq = a->Sq;
-    const int64_t dpp = FN(dec_dpp)(a->D), nouter = a->B * a->Hkv;
+    const int64_t dpp = FN(dec_dpp)(a->D);
     int64_t se[FC_DEC_ROWS_CAP], lo[FC_DEC_ROWS_CAP], hi[FC_DEC_ROWS_CAP];
     const fc_mask mk = fc_attn_mask(a);
     for (int64_t i = 0; i < Sq; ++i) fc_visible_keys(&mk, i, &se[i], &lo[i], &hi[i]);
     fc_keysegs ks;
     fc_block_keysegs(&mk, 0, Sq - 1, &ks);
-    int64_t nkeys = 0;
-    for (int sg = 0; sg < ks.n; ++sg) nkeys += ks.s1[sg] - ks.s0[sg];
+    const int64_t nkeys = fc_keysegs_count(&ks);
 
-    /* Split the keys when (b, kv head) pairs alone would leave cores idle:
-     * a function of the shape only (determinism), ≥ FC_DEC_SPLIT_KEYS each. */
-    int64_t ns = 1;
-    if (nouter < FC_DEC_TARGET_ITEMS) {
-        ns = (FC_DEC_TARGET_ITEMS + nouter - 1) / nouter;
-        if (ns > nkeys / FC_DEC_SPLIT_KEYS) ns = nkeys / FC_DEC_SPLIT_KEYS;
-        if (ns < 1) ns = 1;
-    }
+    /* The keys are split when the (b, kv head) pairs alone are few: ns is
+     * a function of the shape only (determinism), ≥ FC_DEC_SPLIT_KEYS keys
+     * per split. Work items are (b, group of nh kv heads, key split). Heads
+     * are grouped when a key's rows of all heads lie together (a head
+     * stride below the key stride, as in [Sk, Hkv, D] caches and pages;
+     * [Hkv, Sk, D] streams best head by head), as many as keep two items
+     * per thread and the group's per-head state (q and o rows) within
+     * FC_DEC_GROUP_FLOATS. A head's arithmetic does not depend on its group,
+     * so the thread count may choose nh. */
+    const int64_t ns = fc_fwd_nsplit(a->B * a->Hkv, nkeys, FC_DEC_TARGET_ITEMS, FC_DEC_SPLIT_KEYS);
+    const int heads_together = llabs(a->sk[2]) < llabs(a->sk[1]) && llabs(a->sv[2]) < llabs(a->sv[1]);
+    int64_t nh = heads_together ? FC_DEC_GROUP_FLOATS / (2 * R * dpp) : 1;
+    nh = nh < 1 ? 1 : nh > a->Hkv ? a->Hkv : nh;
+    while (nh > 1 && a->B * ((a->Hkv + nh - 1) / nh) * ns < 2 * (int64_t)omp_get_max_threads()) --nh;
+    const int64_t ngroups = (a->Hkv + nh - 1) / nh, nouter = a->B * ngroups;
+    /* partial of (b, group g, split s, head x): part + ((u·ns + s)·nh + x)·per_part, u = b·ngroups + g */
     const int64_t nitems = nouter * ns, per_part = R * dpp + 2 * R;
     float *part = NULL;
     if (ns > 1) {
-        part = (float *)malloc((size_t)(nitems * per_part) * sizeof(float));
+        part = (float *)malloc((size_t)(nitems * nh * per_part) * sizeof(float));
         if (!part) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attn_fwd: %zu bytes of split partials",
-                                       (size_t)(nitems * per_part) * sizeof(float));
+                                       (size_t)(nitems * nh * per_part) * sizeof(float));
     }
     int nt = omp_get_max_threads();
     if ((int64_t)nt > nitems) nt = (int)nitems;
-    const size_t per = (FN(dec_scratch_floats)(R, dpp) + per_part + 15) & ~(size_t)15;
+    const size_t wsf = FN(dec_scratch_floats)(R, dpp, nh);
+    const size_t per = (wsf + (size_t)(nh * per_part) + 15) & ~(size_t)15;
     float *scratch = (float *)aligned_alloc(64, (size_t)nt * per * sizeof(float));
     if (!scratch) {
         free(part);
@@ -338,40 +356,28 @@ static flashc_status FN(dec_run)(const fc_attn *a) {
     {
         float *ws = scratch + (size_t)omp_get_thread_num() * per;
         memset(ws, 0, per * sizeof(float)); /* padding columns stay 0, stale rows finite */
-        float *own = ws + FN(dec_scratch_floats)(R, dpp); /* (R, dpp) o, then m, l */
+        float *own = ws + wsf; /* per head: (R, dpp) o, then m, l */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < nitems; ++t) {
-            const int64_t u = t / ns, s = t % ns;
-            /* split s: key-list positions [s·N/ns, (s+1)·N/ns), cut at chunk multiples */
-            const int64_t p0 = (nkeys * s / ns) / FC_VF_W * FC_VF_W;
-            const int64_t p1 = s + 1 == ns ? nkeys : (nkeys * (s + 1) / ns) / FC_VF_W * FC_VF_W;
-            float *o = ns > 1 ? part + t * per_part : own;
-            FN(dec_item)(a, u / a->Hkv, u % a->Hkv, &ks, p0, p1, se, lo, hi, ws, o, o + R * dpp,
-                         o + R * dpp + R);
-            if (ns == 1) FN(dec_finish)(a, u / a->Hkv, u % a->Hkv, o, o + R * dpp, o + R * dpp + R);
+            const int64_t u = t / ns, s = t % ns, b = u / ngroups, hk0 = u % ngroups * nh;
+            const int64_t nhu = a->Hkv - hk0 < nh ? a->Hkv - hk0 : nh;
+            int64_t p0, p1; /* split s: key-list positions [s·N/ns, (s+1)·N/ns), cut at chunk multiples */
+            fc_fwd_split(nkeys, s, ns, FC_VF_W, &p0, &p1);
+            float *out = ns > 1 ? part + t * nh * per_part : own;
+            FN(dec_item)(a, b, hk0, nhu, &ks, p0, p1, se, lo, hi, ws, out, per_part);
+            for (int64_t x = 0; ns == 1 && x < nhu; ++x) {
+                const float *o = out + x * per_part;
+                FN(dec_finish)(a, b, hk0 + x, o, o + R * dpp, o + R * dpp + R);
+            }
         }
         if (ns > 1) {
-            /* Merge the splits of (b, kv head) u in split order: M = max m_s,
-             * O = Σ_s 2^(m_s − M)·O_s, ℓ = Σ_s 2^(m_s − M)·ℓ_s. */
+            /* Merge the splits of (b, kv head) in split order (fc_fwd_merge). */
 #pragma omp for schedule(static)
-            for (int64_t u = 0; u < nouter; ++u) {
+            for (int64_t y = 0; y < a->B * a->Hkv; ++y) {
+                const int64_t b = y / a->Hkv, hk = y % a->Hkv, u = b * ngroups + hk / nh, x = hk % nh;
                 float *o = own, *m = own + R * dpp, *l = m + R;
-                for (int64_t r = 0; r < R; ++r) {
-                    float mx = -INFINITY;
-                    for (int64_t s = 0; s < ns; ++s) mx = fmaxf(mx, part[(u * ns + s) * per_part + R * dpp + r]);
-                    const float ms = mx == -INFINITY ? 0.0f : mx;
-                    float lsum = 0.0f;
-                    for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] = 0.0f;
-                    for (int64_t s = 0; s < ns; ++s) {
-                        const float *ps = part + (u * ns + s) * per_part;
-                        const float w = exp2f(ps[R * dpp + r] - ms);
-                        lsum += w * ps[R * dpp + R + r];
-                        for (int64_t d = 0; d < dpp; ++d) o[r * dpp + d] += w * ps[r * dpp + d];
-                    }
-                    m[r] = mx;
-                    l[r] = lsum;
-                }
-                FN(dec_finish)(a, u / a->Hkv, u % a->Hkv, o, m, l);
+                fc_fwd_merge(part + (u * ns * nh + x) * per_part, nh * per_part, ns, R, R, dpp, o, m, l);
+                FN(dec_finish)(a, b, hk, o, m, l);
             }
         }
     }

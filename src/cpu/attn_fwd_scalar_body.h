@@ -55,14 +55,14 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t h, int64_t i0, REAL *
             const int nb = (int)(j1 - j0);
             const int kind = fc_tile_kind(se, lo, hi, nr, j0, j1);
             if (kind == FC_TILE_EMPTY) continue;
-            for (int jj = 0; jj < nb; ++jj) {
-                const int64_t ko = b * a->sk[0] + (j0 + jj) * a->sk[1] + hk * a->sk[2];
-                const int64_t vo = b * a->sv[0] + (j0 + jj) * a->sv[1] + hk * a->sv[2];
+            int64_t ko[SBC], vo[SBC]; /* key rows (fc_kv_rows: dense or paged) */
+            fc_kv_rows(a, a->sk, b, hk, j0, nb, ko);
+            fc_kv_rows(a, a->sv, b, hk, j0, nb, vo);
+            for (int jj = 0; jj < nb; ++jj)
                 for (int64_t d = 0; d < D; ++d) {
-                    kt[jj * D + d] = (REAL)fc_scalar_load(a->k, ko + d * a->sk[3], a->dtype);
-                    vt[jj * D + d] = (REAL)fc_scalar_load(a->v, vo + d * a->sv[3], a->dtype);
+                    kt[jj * D + d] = (REAL)fc_scalar_load(a->k, ko[jj] + d * a->sk[3], a->dtype);
+                    vt[jj * D + d] = (REAL)fc_scalar_load(a->v, vo[jj] + d * a->sv[3], a->dtype);
                 }
-            }
             for (int r = 0; r < nr; ++r) {
                 REAL *sr = s + r * SBC, *orow = o + r * D;
                 const REAL *qr = q + r * D;
@@ -133,7 +133,7 @@ static flashc_status FN(run)(const fc_attn *a) {
         int64_t keys = 0;
         for (int sg = 0; sg < ks.n; ++sg) keys += ks.s1[sg] - ks.s0[sg];
         for (int64_t u = 0; u < nouter; ++u)
-            work[u * nqb + t] = (fc_work){u, t, (keys + 1) * (ib - ia + 1)};
+            work[u * nqb + t] = (fc_work){u, t, (keys + 1) * (ib - ia + 1), u * nqb + t};
     }
     qsort(work, (size_t)nitems, sizeof(fc_work), fc_work_cmp);
 

@@ -13,10 +13,13 @@
  * KV cache: k_new / v_new are copied into the cache first — every sequence's
  * rows before any sequence attends; per kv head, sequences in b order, so a
  * cache slot that two sequences write holds the later one's row on every
- * run — then each sequence attends to its keys 0 .. Sk_b − 1. Paged: in place
- * when the sequence's pages follow one another in memory (always with one
- * page), else its first Sk_b positions are gathered into a dense
- * [Sk_b, Hkv, D] scratch of the cache's dtype (copies: the bits are kept).
+ * run — then each sequence attends to its keys 0 .. Sk_b − 1. Paged: the
+ * pages are read in place, never gathered. When the sequence's pages follow
+ * one another in memory (always with one page) its sub-problem is dense
+ * (strides of the pages); else it is a paged B = 1 problem that keeps its
+ * row of the block table, and every forward path reads its K/V rows
+ * through it (fc_kv_rows, attn_fwd.h), with the same arithmetic as on
+ * dense rows: bit-identical to the dense call on the same keys.
  *
  * Backward (varlen): each sequence writes the dq/dk/dv rows of its own (the
  * sequences' rows are disjoint); rows outside every sequence are zeroed;
@@ -26,8 +29,7 @@
  * unless there are at least as many non-empty sequences as threads and none
  * is heavier than a thread's share: then they run in parallel (heaviest
  * first, schedule(dynamic)), each on one thread. A sequence's arithmetic
- * never depends on its team, so both give the same bits. Scratch is per
- * running sequence, sized by the longest one that is gathered.
+ * never depends on its team, so both give the same bits.
  */
 #include "attn_ragged.h"
 
@@ -36,10 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parallel copies (gather, append, zeroing) from this many elements on. */
+/* Parallel copies (append, zeroing) from this many elements on. */
 #define FC_RAGGED_PAR_ELEMS ((int64_t)1 << 15)
-/* Sequences in parallel only while their gather scratch stays below this. */
-#define FC_RAGGED_OUTER_SCRATCH ((double)(256u << 20))
 
 /* p + off elements of esz bytes; p itself when off = 0 (an empty tensor's data may be NULL). */
 static void *at(const void *p, int64_t off, size_t esz) {
@@ -106,44 +106,10 @@ static int pages_in_place(const fc_attn *a, int64_t b, const fc_seq *s) {
     return 1;
 }
 
-/* Sequence b's keys for its dense sub-problem: base pointers and strides. */
-typedef struct kv_view {
-    const void *k, *v;
-    int64_t sk[4], sv[4];
-} kv_view;
-
-/* In place (packed rows, cache rows, or pages that follow one another), else
- * gathered into buf (2·Sk_b·Hkv·D elements: K then V, [Sk_b, Hkv, D] each). */
-static kv_view seq_keys(const fc_attn *a, int64_t b, const fc_seq *s, void *buf) {
-    const size_t esz = flashc_dtype_size(a->dtype);
-    kv_view kv;
-    if (!a->block_table || pages_in_place(a, b, s)) {
-        kv.k = at(a->k, s->Sk ? fc_attn_key_offset(a, s, b, a->sk, 0, 0) : 0, esz);
-        kv.v = at(a->v, s->Sk ? fc_attn_key_offset(a, s, b, a->sv, 0, 0) : 0, esz);
-        memcpy(kv.sk, a->sk, sizeof kv.sk);
-        memcpy(kv.sv, a->sv, sizeof kv.sv);
-        return kv;
-    }
-    const int64_t Hkv = a->Hkv, D = a->D, n = s->Sk * Hkv * D;
-    char *kb = (char *)buf, *vb = kb + n * (int64_t)esz;
-#pragma omp parallel for schedule(static) if (n >= FC_RAGGED_PAR_ELEMS)
-    for (int64_t j = 0; j < s->Sk; ++j)
-        for (int64_t hk = 0; hk < Hkv; ++hk) {
-            const int64_t dst = (j * Hkv + hk) * D * (int64_t)esz;
-            copy_elems(kb + dst, 1, at(a->k, fc_attn_key_offset(a, s, b, a->sk, j, hk), esz), a->sk[3], D, esz);
-            copy_elems(vb + dst, 1, at(a->v, fc_attn_key_offset(a, s, b, a->sv, j, hk), esz), a->sv[3], D, esz);
-        }
-    kv.k = kb;
-    kv.v = vb;
-    kv.sk[0] = kv.sv[0] = 0;
-    kv.sk[1] = kv.sv[1] = Hkv * D;
-    kv.sk[2] = kv.sv[2] = D;
-    kv.sk[3] = kv.sv[3] = 1;
-    return kv;
-}
-
-/* The dense B = 1 problem of sequence b (s = fc_attn_seq(a, b)) with its keys kv. */
-static fc_attn seq_problem(const fc_attn *a, int64_t b, const fc_seq *s, const kv_view *kv) {
+/* The B = 1 problem of sequence b (s = fc_attn_seq(a, b)): dense, or, for
+ * pages that do not follow one another, paged with its row of the block
+ * table (fc_kv_rows' addressing; the forward only: varlen has no pages). */
+static fc_attn seq_problem(const fc_attn *a, int64_t b, const fc_seq *s) {
     const size_t esz = flashc_dtype_size(a->dtype), rsz = a->dtype == FLASHC_F64 ? 8 : 4;
     fc_attn t = *a;
     t.B = 1;
@@ -152,10 +118,11 @@ static fc_attn seq_problem(const fc_attn *a, int64_t b, const fc_seq *s, const k
     t.q = at(a->q, fc_attn_row_offset(s, a->sq, 0, 0), esz);
     t.o = at(a->o, fc_attn_row_offset(s, a->so, 0, 0), esz);
     if (a->lse) t.lse = at(a->lse, fc_attn_lse_offset(s, a->slse, 0, 0), rsz);
-    t.k = kv->k;
-    t.v = kv->v;
-    memcpy(t.sk, kv->sk, sizeof t.sk);
-    memcpy(t.sv, kv->sv, sizeof t.sv);
+    const int paged = a->block_table && !pages_in_place(a, b, s);
+    if (!paged) { /* keys from row 0 on: packed rows, cache rows, or pages that follow one another */
+        t.k = at(a->k, s->Sk ? fc_attn_key_offset(a, s, b, a->sk, 0, 0) : 0, esz);
+        t.v = at(a->v, s->Sk ? fc_attn_key_offset(a, s, b, a->sv, 0, 0) : 0, esz);
+    }
     if (a->alibi) { /* [B, Hq] slopes: sequence b's row; [Hq]: salibi[0] = 0 already */
         t.alibi = at(a->alibi, b * a->salibi[0], rsz);
         t.salibi[0] = 0;
@@ -167,11 +134,18 @@ static fc_attn seq_problem(const fc_attn *a, int64_t b, const fc_seq *s, const k
         t.dv = at(a->dv, s->Sk ? fc_attn_key_offset(a, s, b, a->sdv, 0, 0) : 0, esz);
     }
     t.dsinks = NULL; /* the caller's per-sequence partial */
-    /* dense from here on */
-    t.cu_q = t.cu_k = t.seqlen_k = t.kv_batch = t.block_table = NULL;
+    /* dense from here on, but for a paged sequence's block table */
+    t.cu_q = t.cu_k = t.seqlen_k = t.kv_batch = NULL;
     t.scu_q = t.scu_k = t.sseqlen_k = t.seqlen_k_add = t.skv_batch = 0;
-    t.sbt[0] = t.sbt[1] = t.max_pages = t.page_size = 0;
-    t.Tq = t.Tk = t.Bk = 0;
+    t.Tq = t.Tk = 0;
+    if (paged) {
+        t.block_table = a->block_table + b * a->sbt[0];
+        t.sbt[0] = 0;
+    } else {
+        t.block_table = NULL;
+        t.sbt[0] = t.sbt[1] = t.max_pages = t.page_size = 0;
+        t.Bk = 0;
+    }
     t.k_new = t.v_new = NULL;
     t.S_new = 0;
     return t;
@@ -183,13 +157,12 @@ typedef struct ragged_run {
     void *dsp; /* bwd with sink logits: per-sequence d(sink) partials [B, Hq], the sinks' real type */
 } ragged_run;
 
-/* Sequence b on the calling thread's team; buf: its gather scratch. */
-static flashc_status run_seq(const ragged_run *r, int64_t b, void *buf) {
+/* Sequence b on the calling thread's team. */
+static flashc_status run_seq(const ragged_run *r, int64_t b) {
     const fc_attn *a = r->a;
     const fc_seq s = fc_attn_seq(a, b);
-    const kv_view kv = seq_keys(a, b, &s, buf);
-    fc_attn t = seq_problem(a, b, &s, &kv);
-    if (!r->bwd) return fc_cpu_attn_fwd(&t);
+    fc_attn t = seq_problem(a, b, &s);
+    if (!r->bwd) return fc_cpu_attn_fwd_one(&t);
     if (r->dsp) {
         t.dsinks = at(r->dsp, b * a->Hq, a->dtype == FLASHC_F64 ? 8 : 4);
         t.sdsink = 1;
@@ -212,10 +185,9 @@ static int item_cmp(const void *x, const void *y) { /* heaviest first, then b */
  * whose gradients it writes), in sequence or in parallel (see the top). */
 static flashc_status run_sequences(const ragged_run *r) {
     const fc_attn *a = r->a;
-    const size_t esz = flashc_dtype_size(a->dtype);
     seq_item *items = (seq_item *)malloc((size_t)a->B * sizeof *items);
     if (!items) return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attention: a list of %lld sequences", (long long)a->B);
-    int64_t n = 0, gather_keys = 0;
+    int64_t n = 0;
     double total = 0.0, heaviest = 0.0;
     for (int64_t b = 0; b < a->B; ++b) {
         const fc_seq s = fc_attn_seq(a, b);
@@ -224,22 +196,12 @@ static flashc_status run_sequences(const ragged_run *r) {
         items[n++] = (seq_item){b, cost};
         total += cost;
         if (cost > heaviest) heaviest = cost;
-        if (a->block_table && s.Sk > gather_keys && !pages_in_place(a, b, &s)) gather_keys = s.Sk;
     }
-    const size_t gather_bytes = (size_t)(2 * gather_keys * a->Hkv * a->D) * esz;
     const int nt = omp_get_max_threads();
-    const int outer = nt > 1 && n >= nt && heaviest * nt <= total &&
-                      (double)nt * (double)gather_bytes <= FC_RAGGED_OUTER_SCRATCH;
-    const int nbuf = outer ? nt : 1;
-    char *bufs = NULL;
-    if (gather_bytes && !(bufs = (char *)malloc(gather_bytes * (size_t)nbuf))) {
-        free(items);
-        return fc_set_error(FLASHC_ERR_OUT_OF_MEMORY, "attention: %zu bytes to gather the paged keys",
-                            gather_bytes * (size_t)nbuf);
-    }
+    const int outer = nt > 1 && n >= nt && heaviest * nt <= total;
     flashc_status st = FLASHC_OK;
     if (!outer) {
-        for (int64_t i = 0; i < n && st == FLASHC_OK; ++i) st = run_seq(r, items[i].b, bufs);
+        for (int64_t i = 0; i < n && st == FLASHC_OK; ++i) st = run_seq(r, items[i].b);
     } else {
         char msg[512] = "";
         qsort(items, (size_t)n, sizeof *items, item_cmp);
@@ -247,10 +209,9 @@ static flashc_status run_sequences(const ragged_run *r) {
         {
             const int saved = omp_get_max_threads();
             omp_set_num_threads(1); /* each sequence on this thread alone */
-            void *buf = bufs ? bufs + (size_t)omp_get_thread_num() * gather_bytes : NULL;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t i = 0; i < n; ++i) {
-                const flashc_status s = run_seq(r, items[i].b, buf);
+                const flashc_status s = run_seq(r, items[i].b);
                 if (s != FLASHC_OK) {
 #pragma omp critical(fc_ragged_error)
                     if (st == FLASHC_OK) { /* the message is this worker thread's */
@@ -263,7 +224,6 @@ static flashc_status run_sequences(const ragged_run *r) {
         }
         if (st != FLASHC_OK) fc_set_error(st, "%s", msg);
     }
-    free(bufs);
     free(items);
     return st;
 }

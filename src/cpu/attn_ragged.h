@@ -14,4 +14,10 @@ flashc_status fc_cpu_attn_ragged_fwd(const fc_attn *a);
 /* Varlen backward. */
 flashc_status fc_cpu_attn_ragged_bwd(const fc_attn *a);
 
+/* attn_fwd.c: the forward of one sequence as attn_ragged.c hands it over
+ * (B = 1; dense, or paged with only block_table, sbt, page_size, max_pages
+ * and Bk of the ragged fields set: the forward paths read its pages through
+ * fc_kv_rows), and of every dense problem. */
+flashc_status fc_cpu_attn_fwd_one(const fc_attn *a);
+
 #endif /* FLASHC_CPU_ATTN_RAGGED_H */
