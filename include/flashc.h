@@ -95,7 +95,10 @@
  *   logit is given). Never NaN.
  *   What a row cannot see never influences it: NaN/Inf in a masked key or
  *   value leaves the row's O and L, and its dQ, unchanged (CPU backend,
- *   every path, forward and backward).
+ *   every path, forward and backward; CUDA backend: every kernel except,
+ *   for now, the Hopper wgmma forward (F16/BF16, D 64/128 on compute
+ *   capability 9.0), where a masked NaN/Inf value in a tile the row partly
+ *   sees can reach it).
  *   Range: the scale bound keeps the scale and its products with unit-sized
  *   q·k exact enough for the backward's recomputation P = exp(x − L) (its
  *   error grows as |x|·ε of the compute type). Logits that overflow the

@@ -865,13 +865,19 @@ def test_score_mods_backward_larger(rng, monkeypatch, dtype, D):
                    dict(causal=True, use_sinks=True))  # rows with no visible key
 
 
-@pytest.mark.xfail(reason="CUDA: 0·NaN in the P·V / dS·K tile products (issue 11)", strict=False)
 @pytest.mark.parametrize("kernel", _KERNELS, ids=["default", "mma", "generic"])
 @pytest.mark.parametrize("mods", ["plain", "softcap", "both"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_score_mods_masked_keys_robust(rng, monkeypatch, kernel, mods, dtype):
+def test_score_mods_masked_keys_robust(rng, monkeypatch, request, kernel, mods, dtype):
     """NaN/Inf in keys and values a row cannot see leave that row's o, lse
     and dq, and the clean keys' dk/dv, bit-identical (each kernel)."""
+    if kernel is None and dtype == "bfloat16":  # the wgmma kernel on compute capability 9.0
+        # Open (issue 11): the Hopper wgmma forward multiplies masked P (0) by
+        # the whole V tile in smem (0·NaN); the mma.sync, decode, tensor-core
+        # backward and generic kernels skip those values. A first fix (P·V of
+        # such tiles on mma.sync) made ptxas serialize the wgmma pipeline
+        # (−35 %), so it was not kept; the fix belongs in the producer.
+        request.applymarker(pytest.mark.xfail(reason="wgmma forward: 0·NaN in P·V (issue 11)", strict=False))
     if kernel:
         monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
     else:

@@ -510,12 +510,6 @@ def _poison(a, keys):
     return a
 
 
-# Known open defect (issue 11): the CUDA kernels multiply masked probabilities
-# (exactly 0) by the whole K/V tile, so NaN/Inf in an invisible key reaches rows
-# that share its tile (0·NaN = NaN), as in FlashAttention. The CPU paths are exact.
-CUDA_MASKED_NAN = "CUDA: 0·NaN in the P·V / dS·K tile products (issue 11)"
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize("mods", ["plain", "softcap", "alibi_bh", "both"])
 @pytest.mark.parametrize("name", list(ROBUST))
@@ -523,8 +517,6 @@ def test_masked_keys_robust(backend, rng, monkeypatch, request, name, mods, dtyp
     """NaN/Inf in keys and values that a row cannot see change nothing in
     that row: o and lse bit-identical; in the backward (fed the clean o and
     lse) dq of those rows, dk/dv of the clean keys and d sinks bit-identical."""
-    if backend == "cuda":
-        request.applymarker(pytest.mark.xfail(reason=CUDA_MASKED_NAN, strict=False))
     monkeypatch.setenv("FLASHC_CPU_DECODE_ROWS", "64")
     B, Sq, Sk, Hq, Hkv, D, mask, bad_fn = ROBUST[name]
     mask = dict(mask)

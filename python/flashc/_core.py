@@ -485,7 +485,8 @@ class _Call:
             # A given out= starts on the device with its current contents:
             # what the call does not write (rows outside every sequence of a
             # ragged call) comes back unchanged.
-            d = cuda.empty(shape, np_dtype(code)) if out is None else cuda.to_device(np.ascontiguousarray(out))
+            # (np.array, not np.ascontiguousarray: that makes a 0-d out 1-d.)
+            d = cuda.empty(shape, np_dtype(code)) if out is None else cuda.to_device(np.array(out, order="C"))
             self._host_outs.append((d, out))
             return _view_of(d, name, writable=True)
         if out is None:

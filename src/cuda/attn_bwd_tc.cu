@@ -114,10 +114,20 @@ __device__ __forceinline__ void mma_n16(float (&c0)[4], float (&c1)[4], const ui
     Ops<T>::mma(c0, a, b0, b1);
     Ops<T>::mma(c1, a, b2, b3);
 }
-template <typename T>
-__device__ __forceinline__ void mma_n16_t(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], uint32_t addr) {
+/* SAN && san: B read with non-finite values as +0 (the keys of a chunk that
+ * a row cannot see, where dS is 0: attn_fwd_tile.cuh, "values of keys a row
+ * cannot see"; the rows that do see such a key have a non-finite dS). */
+template <typename T, bool SAN = false>
+__device__ __forceinline__ void mma_n16_t(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], uint32_t addr,
+                                          bool san = false) {
     uint32_t b0, b1, b2, b3;
     ldsm_x4_t(addr, b0, b1, b2, b3);
+    if (SAN && san) {
+        b0 = zero_nonfinite2(b0, Ops<T>::EXP);
+        b1 = zero_nonfinite2(b1, Ops<T>::EXP);
+        b2 = zero_nonfinite2(b2, Ops<T>::EXP);
+        b3 = zero_nonfinite2(b3, Ops<T>::EXP);
+    }
     Ops<T>::mma(c0, a, b0, b1);
     Ops<T>::mma(c1, a, b2, b3);
 }
@@ -145,15 +155,16 @@ __device__ __forceinline__ void tile_abt(float (&acc)[NJ][4], uint32_t sA, int a
 /* acc += A·B over all HD columns: A = KT k16 fragments, B = the [k][n] tile
  * at sB (k rows, pitch HD + 8; bt_off the lane's ldmatrix.trans offset).
  * dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K. */
-template <typename T, int HD, int KT>
+template <typename T, int HD, int KT, bool SAN = false>
 __device__ __forceinline__ void tile_ab(float (&acc)[HD / 8][4], const uint32_t (&a)[KT][4], uint32_t sB,
-                                        int bt_off) {
+                                        int bt_off, uint32_t san = 0) {
     constexpr int LD = HD + 8;
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
         for (int dd = 0; dd < HD / 16; ++dd)
-            mma_n16_t<T>(acc[2 * dd], acc[2 * dd + 1], a[kk], sB + 2 * (bt_off + kk * 16 * LD + dd * 16));
+            mma_n16_t<T, SAN>(acc[2 * dd], acc[2 * dd + 1], a[kk], sB + 2 * (bt_off + kk * 16 * LD + dd * 16),
+                              (san >> kk) & 1u);
 }
 
 /* ------------------------------------------- dK/dV tile steps (transposed) */
@@ -242,7 +253,7 @@ __device__ __forceinline__ void dkdv_ds(float (&dp)[NJ][4], const float (&pg)[NJ
  * the [Sq, HD] slab dst of this (b, h). Rows ≥ iend are skipped. */
 template <typename T, int HD>
 __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_t sKa, int bt_off, int i0,
-                                              int iend, int warp, int lane) {
+                                              int iend, int warp, int lane, uint32_t san) {
     const int g = lane >> 2, t4 = lane & 3;
     const int r0 = i0 + warp * 16 + g;
     if (i0 + warp * 16 >= iend) return;
@@ -258,7 +269,7 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
         float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-            mma_n16_t<T>(c[0], c[1], qa[kk], sKa + 2 * (bt_off + kk * 16 * LD + dd * 16));
+            mma_n16_t<T, true>(c[0], c[1], qa[kk], sKa + 2 * (bt_off + kk * 16 * LD + dd * 16), (san >> kk) & 1u);
 #pragma unroll
         for (int jn = 0; jn < 2; ++jn) {
             const int col = dd * 16 + jn * 8 + 2 * t4;
@@ -469,7 +480,11 @@ __global__ void __launch_bounds__(NT, 2)
         if (ATOMIC) {
             __syncthreads(); /* all of dSᵀ staged */
             const int64_t row = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
-            dq_atomic_add<T, HD>(dQacc + row * HD, smem_u32(sdS), sKa, bt_off, i0, iend, warp, lane);
+            /* K chunks some of this warp's rows cannot see: read with non-finite values as 0. */
+            const int w0 = i0 + warp * 16;
+            const uint32_t san = full || w0 >= iend ? 0u
+                : masked_chunks<BK / 16>(vis_of(mask, w0, Sq), vis_of(mask, min(w0 + 15, iend - 1), Sq), n0);
+            dq_atomic_add<T, HD>(dQacc + row * HD, smem_u32(sdS), sKa, bt_off, i0, iend, warp, lane, san);
         }
     }
     cp_async_wait<0>(); /* nothing may still be in flight at exit */
@@ -673,7 +688,12 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa, bn_off); /* dP = dO Vᵀ */
         dq_ds(acc_dp, acc_s, Dr, full, vis);
         tile_pack_p<T>(acc_dp, da);                    /* dS rounded to T */
-        tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off); /* dQ += dS K */
+        /* dQ += dS K; on a partial tile the K chunks some row of this warp
+         * cannot see are read with non-finite values as 0 (dS is 0 there). */
+        const uint32_t san = full ? 0u
+            : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq), vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
+        if (san) tile_ab<T, HD, BN / 16, true>(acc_dq, da, sKa, bt_off, san);
+        else tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off);
     }
     cp_async_wait<0>();
 

@@ -270,11 +270,14 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
                             mod[MOD ? mt : 0][hf], s[mt][j][e], (float)(dbase[MOD ? mt : 0][hf] - col), dg);
                     }
         }
-        if (!tile_full<BN>(vfirst, vlast, n0, Sk)) { /* the rows' ranges, on these (few) tiles only */
+        auto rvis = [&](int mt) {
+            return RowVis{{vis_of(mask, frag_row(mt, 0) / G, Sq), vis_of(mask, frag_row(mt, 1) / G, Sq)}};
+        };
+        auto vaddr = [=](int kk, int dd) { return sVa + 2 * (v_off + kk * 16 * LD + dd * 16); };
+        const bool part = !tile_full<BN>(vfirst, vlast, n0, Sk);
+        if (part) { /* the rows' ranges, on these (few) tiles only */
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                tile_mask(s[mt], RowVis{{vis_of(mask, frag_row(mt, 0) / G, Sq), vis_of(mask, frag_row(mt, 1) / G, Sq)}},
-                          n0 + 2 * t4);
+            for (int mt = 0; mt < MT; ++mt) tile_mask(s[mt], rvis(mt), n0 + 2 * t4);
         }
         uint32_t pa[MT][BN / 16][4];
 #pragma unroll
@@ -284,19 +287,20 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
             tile_rescale(acc_o[mt], alpha);
             tile_pack_p<T>(s[mt], pa[mt]);
         }
-        /* O += P·V */
+        /* Non-finite values of keys some row cannot see (attn_fwd_tile.cuh), on partial tiles only. */
+        uint32_t san = 0;
+        if (part) {
+            const uint32_t chk = masked_chunks<BN / 16>(vfirst, vlast, n0);
+            const uint32_t bad = chk ? pv_bad_keys<T, BN / 16, HD / 16>(vaddr, chk) : 0u;
+            if (bad) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-            for (int dd = 0; dd < HD / 16; ++dd) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(sVa + 2 * (v_off + kk * 16 * LD + dd * 16), b0, b1, b2, b3);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Ops<T>::mma(acc_o[mt][2 * dd], pa[mt][kk], b0, b1);
-                    Ops<T>::mma(acc_o[mt][2 * dd + 1], pa[mt][kk], b2, b3);
-                }
+                for (int mt = 0; mt < MT; ++mt) poison_p<T>(pa[mt], rvis(mt), n0 + 2 * t4, bad);
             }
+            if (__any_sync(0xffffffffu, bad != 0)) san = chk;
+        }
+        /* O += P·V */
+        if (san) pv_mma<T, MT, BN / 16, HD / 16, true>(acc_o, pa, vaddr, san);
+        else pv_mma<T, MT, BN / 16, HD / 16, false>(acc_o, pa, vaddr);
     }
     cp_async_wait<0>(); /* only empty groups can be left; none may target the ring below */
     __syncthreads();    /* every warp is done with its ring: it becomes the merge area */

@@ -87,22 +87,15 @@ __device__ __forceinline__ void qk_tile(float (&acc_s)[K::MT][K::BN / 8][4],
     }
 }
 
-/* O += P·V with the V tile in smem (transposed ldmatrix; v_off: the lane's offset). */
-template <typename T, class K>
+/* O += P·V with the V tile in smem (transposed ldmatrix; v_off: the lane's
+ * offset); SAN: the chunks of `san` with non-finite values read as 0
+ * (attn_fwd_tile.cuh, "values of keys a row cannot see"). */
+template <typename T, class K, bool SAN = false>
 __device__ __forceinline__ void pv_tile(float (&acc_o)[K::MT][K::HD / 8][4],
-                                        const uint32_t (&pa)[K::MT][K::BN / 16][4], uint32_t sVa, int v_off) {
-#pragma unroll
-    for (int kk = 0; kk < K::BN / 16; ++kk)
-#pragma unroll
-        for (int dd = 0; dd < K::HD / 16; ++dd) {
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4_t(sVa + 2 * (v_off + kk * 16 * K::LD + dd * 16), b0, b1, b2, b3);
-#pragma unroll
-            for (int mt = 0; mt < K::MT; ++mt) {
-                Ops<T>::mma(acc_o[mt][2 * dd], pa[mt][kk], b0, b1);
-                Ops<T>::mma(acc_o[mt][2 * dd + 1], pa[mt][kk], b2, b3);
-            }
-        }
+                                        const uint32_t (&pa)[K::MT][K::BN / 16][4], uint32_t sVa, int v_off,
+                                        uint32_t san = 0) {
+    pv_mma<T, K::MT, K::BN / 16, K::HD / 16, SAN>(
+        acc_o, pa, [=](int kk, int dd) { return sVa + 2 * (v_off + kk * 16 * K::LD + dd * 16); }, san);
 }
 
 /* Stores the warp's 16·MT rows of O, staged as T in smem rows [rbase, rbase
@@ -275,7 +268,8 @@ __global__ void __launch_bounds__(K::NT)
                 }
             }
             /* Per-element masks only where some row of the CTA sees part of the tile. */
-            if (!tile_full<BN>(vfirst, vlast, n0, Sk)) {
+            const bool part = !tile_full<BN>(vfirst, vlast, n0, Sk);
+            if (part) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) tile_mask(acc_s[mt], rv[mt], n0 + 2 * t4);
             }
@@ -295,7 +289,26 @@ __global__ void __launch_bounds__(K::NT)
                 tile_rescale(acc_o[mt], alpha);
                 tile_pack_p<T>(acc_s[mt], pa[mt]);
             }
-            pv_tile<T, K>(acc_o, pa, sVa, v_off);
+            /* Non-finite values of keys some row of this warp cannot see
+             * (attn_fwd_tile.cuh): checked once P is packed (fewest live
+             * registers), on partial tiles only. */
+            uint32_t san = 0;
+            if (part) {
+                const int w0 = m0 + warp * 16 * MT;
+                const uint32_t chk =
+                    masked_chunks<BN / 16>(vis_of(mask, w0, Sq), vis_of(mask, w0 + 16 * MT - 1, Sq), n0);
+                const uint32_t bad = chk ? pv_bad_keys<T, BN / 16, HD / 16>(
+                                               [=](int kk, int dd) { return sVa + 2 * (v_off + kk * 16 * LD + dd * 16); },
+                                               chk)
+                                         : 0u;
+                if (bad) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) poison_p<T>(pa[mt], rv[mt], n0 + 2 * t4, bad);
+                }
+                if (__any_sync(0xffffffffu, bad != 0)) san = chk;
+            }
+            if (san) pv_tile<T, K, true>(acc_o, pa, sVa, v_off, san);
+            else pv_tile<T, K>(acc_o, pa, sVa, v_off);
         }
         /* No cp.async of any thread may still target sQ (no key tile leaves
          * the Q load pending) when the warps start staging O there. */

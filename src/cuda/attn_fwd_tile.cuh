@@ -218,6 +218,105 @@ __device__ __forceinline__ void tile_pack_p(const float (&s)[NJ][4], uint32_t (&
     }
 }
 
+/* ------------------------------------ values of keys a row cannot see
+ * What a row cannot see never reaches it (flashc.h). On a partial tile a
+ * masked P is exactly 0, but the tensor cores multiply it with every V row
+ * of the tile, and 0·NaN = NaN: a NaN/Inf in the value of a key that a row
+ * cannot see (garbage past a cache length, poisoned padding, the future of
+ * a causal row) would reach that row. So, per warp, on the k16 chunks of a
+ * partial tile that some of its rows cannot see (masked_chunks):
+ * pv_bad_keys finds the keys whose V row there holds a non-finite value;
+ * when one does, P is set to NaN where a row does see such a key (poison_p:
+ * that row gets NaN, as on the CPU) and P·V reads those chunks with the
+ * non-finite values replaced by +0 (pv_mma<SAN>): a masked product is then
+ * 0·0, and the rows that cannot see the key get the bits of a run without
+ * the bad values. Cost: one ldmatrix pass over those chunks per partial
+ * tile, nothing on full tiles. (Keys are safe by selection: tile_mask puts
+ * −inf over a masked NaN score.) */
+
+/* Bit kk: k16 chunk kk of the tile at key n0 holds a key that some row of
+ * the warp (its first and last rows' ranges va, vb) cannot see. */
+template <int NKK> __device__ __forceinline__ uint32_t masked_chunks(const Vis &va, const Vis &vb, int n0) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int kk = 0; kk < NKK; ++kk)
+        if (!FC_TILE_FULL(va.se, vb.lo, va.hi, n0 + 16 * kk, n0 + 16 * kk + 16)) m |= 1u << kk;
+    return m;
+}
+
+/* The keys of the chunks `chk` (warp-uniform) whose V row holds a
+ * non-finite value, for this lane's P columns: bit 4kk + e for the keys
+ * 16kk + {2t, 2t+1, 2t+8, 2t+9} (e = 0..3), OR-ed over the head dim and the
+ * 8 lanes of the same t. vaddr(kk, dd): this lane's ldmatrix.trans address
+ * of the 16 × 16 block of keys 16kk.. and columns 16dd.. (the B operand of
+ * P·V, as pv_mma reads it). */
+template <typename T, int NKK, int NDD, class VA>
+__device__ __forceinline__ uint32_t pv_bad_keys(VA vaddr, uint32_t chk) {
+    static_assert(NKK <= 8, "4 bits per chunk in 32");
+    constexpr uint32_t em = Ops<T>::EXP;
+    uint32_t bad = 0;
+#pragma unroll
+    for (int kk = 0; kk < NKK; ++kk) {
+        if (!((chk >> kk) & 1u)) continue;
+        uint32_t x = 0, y = 0;
+#pragma unroll
+        for (int dd = 0; dd < NDD; ++dd) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4_t(vaddr(kk, dd), b0, b1, b2, b3);
+            x |= nonfinite2(b0, em) | nonfinite2(b2, em); /* keys 2t, 2t+1 */
+            y |= nonfinite2(b1, em) | nonfinite2(b3, em); /* keys 2t+8, 2t+9 */
+        }
+        bad |= (x | (y << 2)) << (4 * kk);
+    }
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 4);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 8);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 16);
+    return bad;
+}
+
+/* P (the packed A fragments of NKK k16 chunks: rows g, g+8 of rv) set to
+ * NaN where the row sees a key of `bad` (pv_bad_keys); c0 = n0 + 2t. */
+template <typename T, int NKK>
+__device__ __forceinline__ void poison_p(uint32_t (&pa)[NKK][4], const RowVis &rv, int c0, uint32_t bad) {
+#pragma unroll
+    for (int kk = 0; kk < NKK; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) /* pa[kk][r]: row half r & 1, keys + 8·(r >> 1) */
+#pragma unroll
+            for (int hb = 0; hb < 2; ++hb) {
+                if (!((bad >> (4 * kk + 2 * (r >> 1) + hb)) & 1u)) continue;
+                const Vis &v = rv.r[r & 1];
+                if (FC_KEY_VISIBLE(v.se, v.lo, v.hi, c0 + 16 * kk + 8 * (r >> 1) + hb))
+                    pa[kk][r] = (pa[kk][r] & (hb ? 0x0000FFFFu : 0xFFFF0000u)) | (Ops<T>::QNAN << (16 * hb));
+            }
+}
+
+/* O += P·V on the tensor cores for MT m16 row tiles: NKK k16 chunks of keys,
+ * 2·NDD n8 tiles of O; vaddr as pv_bad_keys. SAN: the chunks of `san` are
+ * read with non-finite values replaced by +0 (see above). */
+template <typename T, int MT, int NKK, int NDD, bool SAN, class VA>
+__device__ __forceinline__ void pv_mma(float (&acc_o)[MT][2 * NDD][4], const uint32_t (&pa)[MT][NKK][4], VA vaddr,
+                                       uint32_t san = 0) {
+#pragma unroll
+    for (int kk = 0; kk < NKK; ++kk)
+#pragma unroll
+        for (int dd = 0; dd < NDD; ++dd) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4_t(vaddr(kk, dd), b0, b1, b2, b3);
+            if (SAN && ((san >> kk) & 1u)) {
+                b0 = zero_nonfinite2(b0, Ops<T>::EXP);
+                b1 = zero_nonfinite2(b1, Ops<T>::EXP);
+                b2 = zero_nonfinite2(b2, Ops<T>::EXP);
+                b3 = zero_nonfinite2(b3, Ops<T>::EXP);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                Ops<T>::mma(acc_o[mt][2 * dd], pa[mt][kk], b0, b1);
+                Ops<T>::mma(acc_o[mt][2 * dd + 1], pa[mt][kk], b2, b3);
+            }
+        }
+}
+
 /* Ends the fragment's two rows (fc_row_finishf): l summed over the quad,
  * M = m·mul_ln in natural units (mul_ln > 0: scale for raw-dot maxima,
  * ln 2 for log2-unit ones; −inf stays −inf), the sink logit of the head

@@ -134,8 +134,10 @@ template <int V, class A, class M> __device__ __forceinline__ A fcc_gen_score(co
 
 /* acc_i += Σ_j P_ij x_j over the tile's nj keys (P [BM][LP], X [BN][LD] in
  * shared memory), in key order: rows ty + 16r, dims tx + 16c. The forward's
- * O += P·V and the backward's dQ += dS·K. */
-template <class A, int RM, int CD, int LD, int LP>
+ * O += P·V and the backward's dQ += dS·K. SKIP0 (tiles some row cannot wholly
+ * see, fcc_tile_all_visible): zero P entries are skipped, so that a NaN/Inf
+ * in a key a row cannot see never reaches it (0·NaN = NaN; flashc.h). */
+template <class A, int RM, int CD, int LD, int LP, bool SKIP0 = false>
 __device__ __forceinline__ void fcc_tile_acc_pv(const A *Ps, const A *Xs, int nj, int ty, int tx,
                                                 A (&acc)[RM][CD]) {
     for (int jj = 0; jj < nj; ++jj) {
@@ -145,10 +147,25 @@ __device__ __forceinline__ void fcc_tile_acc_pv(const A *Ps, const A *Xs, int nj
 #pragma unroll
         for (int c = 0; c < CD; ++c) xv[c] = Xs[jj * LD + tx + 16 * c];
 #pragma unroll
-        for (int r = 0; r < RM; ++r)
+        for (int r = 0; r < RM; ++r) {
+            if (SKIP0 && pr[r] == A(0)) continue;
 #pragma unroll
             for (int c = 0; c < CD; ++c) acc[r][c] = fma(pr[r], xv[c], acc[r][c]);
+        }
     }
+}
+/* ... dispatched on whether every row of [i0, i0 + ni) sees every key of [j0, j0 + nj). */
+__device__ __forceinline__ bool fcc_tile_all_visible(const fc_mask &m, int64_t i0, int ni, int64_t j0, int nj) {
+    int64_t sa, la, ha, sb, lb, hb;
+    fc_visible_keys(&m, i0, &sa, &la, &ha);
+    fc_visible_keys(&m, i0 + (ni > 0 ? ni - 1 : 0), &sb, &lb, &hb);
+    return FC_TILE_FULL(sa, lb, ha, j0, j0 + nj);
+}
+template <class A, int RM, int CD, int LD, int LP>
+__device__ __forceinline__ void fcc_tile_acc_pv_masked(bool all_visible, const A *Ps, const A *Xs, int nj, int ty,
+                                                       int tx, A (&acc)[RM][CD]) {
+    if (all_visible) fcc_tile_acc_pv<A, RM, CD, LD, LP>(Ps, Xs, nj, ty, tx, acc);
+    else fcc_tile_acc_pv<A, RM, CD, LD, LP, true>(Ps, Xs, nj, ty, tx, acc);
 }
 
 /* Round p to the storage type before P·V (F16/BF16, as FlashAttention). */

@@ -402,7 +402,8 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
             }
             __syncthreads();
 
-            fcc_tile_acc_pv<A, RM, CD, LD, LP>(dSs, Ks, nj, ty, tx, dq); /* dQ += dS K */
+            fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(fcc_tile_all_visible(mask, i0, ni, j0, nj), dSs, Ks, nj, ty,
+                                                      tx, dq); /* dQ += dS K */
         }
     }
 

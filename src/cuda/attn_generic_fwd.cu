@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
             for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
             __syncthreads();
 
-            fcc_tile_acc_pv<A, RM, CD, LD, LP>(Ps, Vs, nj, ty, tx, o); /* O += P V */
+            fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(fcc_tile_all_visible(mask, i0, ni, j0, nj), Ps, Vs, nj, ty,
+                                                      tx, o); /* O += P V */
         }
     }
 

@@ -42,6 +42,8 @@ template <> struct Ops<__half> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
+    static constexpr uint32_t EXP = 0x7C00u; /* exponent bits of one half: all set = Inf/NaN */
+    static constexpr uint32_t QNAN = 0x7E00u;
     static __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
     static __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
 };
@@ -59,11 +61,24 @@ template <> struct Ops<__nv_bfloat16> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
+    static constexpr uint32_t EXP = 0x7F80u;
+    static constexpr uint32_t QNAN = 0x7FC0u;
     static __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ __nv_bfloat16 from_f(float x) {
         return __float2bfloat16_rn(x);
     }
 };
+
+/* Non-finite halves of a register of two 16-bit values (em = Ops<T>::EXP):
+ * bit 0 the low half (the lower k or column), bit 1 the high one. */
+__device__ __forceinline__ uint32_t nonfinite2(uint32_t x, uint32_t em) {
+    return ((x & em) == em ? 1u : 0u) | (((x >> 16) & em) == em ? 2u : 0u);
+}
+/* ... and the register with those halves replaced by +0. */
+__device__ __forceinline__ uint32_t zero_nonfinite2(uint32_t x, uint32_t em) {
+    const uint32_t b = nonfinite2(x, em);
+    return x & ~((b & 1u ? 0x0000FFFFu : 0u) | (b & 2u ? 0xFFFF0000u : 0u));
+}
 
 /* --------------------------------------------------------------- PTX */
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {

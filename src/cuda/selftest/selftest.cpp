@@ -6,6 +6,13 @@
  *   flashc_cuda_selftest            all cases (about a minute on an H100)
  *   flashc_cuda_selftest --small    a few small cases (compute-sanitizer),
  *                                   ragged batches and KV caches included
+ *   flashc_cuda_selftest --tiny     fewer still (racecheck)
+ *   flashc_cuda_selftest --sanitize --small plus shapes that take the
+ *                                   tensor-core, wgmma, split-KV decode and
+ *                                   ragged kernels through partial tiles,
+ *                                   masks, modifiers and GQA (run_sanitize:
+ *                                   memcheck, initcheck); with --tiny: --tiny
+ *                                   plus those at racecheck's scale
  *   flashc_cuda_selftest --bench    also time weighted_sum vs a device copy,
  *                                   the generic attention forward and the
  *                                   split-KV decode (issue 9's shapes) vs a copy
@@ -31,6 +38,7 @@
 
 static const fc_cuda_module *M;
 static int g_fail = 0, g_pass = 0;
+static bool g_one_run = false; /* racecheck's scale (run_sanitize): no second, bit-identical run */
 
 #define CK(call)                                                                      \
     do {                                                                              \
@@ -197,12 +205,32 @@ static void poison_rows(Tensor &t, int64_t row, int64_t i0, int64_t i1) {
 }
 
 /* --------------------------------------------------------- attention */
+/* The float64 reference of one sequence (below, with the ragged tests):
+ * the options of a sequence; slopes: its [Hq] ALiBi slopes or NULL; sinks
+ * [Hq] or NULL. */
+struct RefSeq {
+    double scale, softcap;
+    int64_t wl, wr, nsink, Hq, Hkv, D;
+    const double *sinks, *slopes;
+};
+static void ref_seq_fwd(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, const double *V,
+                        double *O, double *L);
+static void ref_seq_bwd(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, const double *V,
+                        const double *dO, const double *O, const double *L, double *dQ, double *dK, double *dV,
+                        double *dS);
+static double lse_err(const std::vector<double> &Lg, const std::vector<double> &Lr, bool *bad);
+
 struct AttnCase {
     int dt;
     int64_t B, Sq, Sk, Hq, Hkv, D;
     int causal;
     int64_t wl, wr, nsink;
     bool sinklog, lse_null, bhsd, flip, bcast;
+    double softcap = 0;  /* > 0: softcap */
+    bool alibi = false;  /* [B, Hq] ALiBi slopes */
+    int det = 1;         /* params.deterministic (0: the atomic dQ path where it applies) */
+    bool vpad = true;    /* v rows padded by 3, dout's by 1 (false: 16-byte rows everywhere: the wgmma
+                          * forward, the vectorised loads of the mma.sync kernels) */
 };
 
 static double attn_tol(int dt, bool bwd) {
@@ -215,15 +243,17 @@ static double attn_tol(int dt, bool bwd) {
 }
 
 /* mode "generic" forces the SIMT kernels; "auto" lets the dispatcher try
- * the tensor-core kernels first. */
-static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) {
+ * the tensor-core kernels first; "mma" skips the wgmma forward (mma.sync,
+ * then generic). bwd = false: the forward alone. */
+static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode, bool bwd = true) {
     setenv("FLASHC_CUDA_KERNEL", mode, 1);
-    char nm[200];
-    snprintf(nm, sizeof nm, "attn[%s] %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld c%d w(%lld,%lld) ns%lld%s%s%s%s%s",
+    char nm[240];
+    snprintf(nm, sizeof nm, "attn[%s] %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld c%d w(%lld,%lld) ns%lld%s%s%s%s%s%s%s%s%s",
              mode, dname(c.dt), (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.Hq,
              (long long)c.Hkv, (long long)c.D, c.causal, (long long)c.wl, (long long)c.wr,
              (long long)c.nsink, c.sinklog ? " sl" : "", c.lse_null ? " nolse" : "",
-             c.bhsd ? " bhsd" : "", c.flip ? " flip" : "", c.bcast ? " bcast" : "");
+             c.bhsd ? " bhsd" : "", c.flip ? " flip" : "", c.bcast ? " bcast" : "", c.softcap > 0 ? " cap" : "",
+             c.alibi ? " alibi" : "", c.det ? "" : " nondet", c.vpad ? "" : " vdense");
     const std::string name = nm;
     const int dt = c.dt;
     const int perm_bshd[4] = {0, 1, 2, 3}, perm_bhsd[4] = {0, 2, 1, 3};
@@ -231,14 +261,14 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     const int64_t qs[4] = {c.B, c.Sq, c.Hq, c.D}, ks[4] = {c.B, c.Sk, c.Hkv, c.D};
     Tensor q = make_tensor(dt, 4, qs, perm, c.flip ? 1 : -1);
     Tensor k = make_tensor(dt, 4, ks, perm, -1, c.bcast ? 0 : -1);
-    Tensor v = make_tensor(dt, 4, ks, perm_bshd, c.flip ? 3 : -1, -1, 3);
+    Tensor v = make_tensor(dt, 4, ks, perm_bshd, c.flip ? 3 : -1, -1, c.vpad ? 3 : 0);
     Tensor o = make_tensor(dt, 4, qs, perm);
     const int ldt = dt == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
     const int64_t ls[3] = {c.B, c.Hq, c.Sq};
     const int lperm[3] = {0, 1, 2};
     Tensor lse = make_tensor(ldt, 3, ls, lperm);
-    Tensor sl;
-    std::vector<double> sinks;
+    Tensor sl, al;
+    std::vector<double> sinks, slopes;
     if (c.sinklog) {
         const int64_t ss[1] = {c.Hq};
         const int sp[1] = {0};
@@ -246,6 +276,15 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
         sinks = fill_random(sl, rng, 1.0);
     }
     auto Q = fill_random(q, rng), K = fill_random(k, rng), V = fill_random(v, rng);
+    if (c.alibi) { /* [B, Hq] slopes */
+        const int64_t as[2] = {c.B, c.Hq};
+        const int ap[2] = {0, 1};
+        al = make_tensor(ldt, 2, as, ap);
+        slopes.resize(c.B * c.Hq);
+        std::uniform_real_distribution<double> u(0.0, 0.1);
+        for (int64_t e = 0; e < c.B * c.Hq; ++e) slopes[e] = put(ldt, &al.host[e * dsize(ldt)], u(rng));
+        upload(al);
+    }
 
     fc_attn a;
     memset(&a, 0, sizeof a);
@@ -262,65 +301,45 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     a.sink_logits = c.sinklog ? sl.ptr() : nullptr;
     a.ssink = 1;
     a.sdsink = 1;
-    a.deterministic = 1;
+    a.softcap = c.softcap;
+    a.alibi = c.alibi ? al.ptr() : nullptr;
+    a.salibi[0] = c.Hq;
+    a.salibi[1] = 1;
+    a.deterministic = c.det;
 
-    /* reference forward (float64) */
-    const int64_t G = c.Hq / c.Hkv;
-    auto QI = [&](int64_t b, int64_t i, int64_t h, int64_t d) { return ((b * c.Sq + i) * c.Hq + h) * c.D + d; };
-    auto KI = [&](int64_t b, int64_t j, int64_t h, int64_t d) { return ((b * c.Sk + j) * c.Hkv + h) * c.D + d; };
-    std::vector<double> Oref(Q.size(), 0.0), Lref((size_t)(c.B * c.Hq * c.Sq));
-    std::vector<double> x((size_t)std::max<int64_t>(c.Sk, 1));
+    /* float64 reference, per batch entry (ref_seq_fwd; Q, K, V, O are [B][S][H][D], L [B][Hq][Sq]) */
+    const int64_t nq = c.Sq * c.Hq * c.D, nk = c.Sk * c.Hkv * c.D, nl = c.Hq * c.Sq;
+    auto refseq = [&](int64_t b) {
+        return RefSeq{a.scale, c.softcap, a.wl, a.wr, a.n_sink, c.Hq, c.Hkv, c.D, c.sinklog ? sinks.data() : nullptr,
+                      c.alibi ? &slopes[b * c.Hq] : nullptr};
+    };
+    std::vector<double> Oref(Q.size(), 0.0), Lref((size_t)(c.B * nl));
     for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t h = 0; h < c.Hq; ++h)
-            for (int64_t i = 0; i < c.Sq; ++i) {
-                int64_t se, lo, hi;
-                { const fc_mask mk = fc_attn_mask(&a); fc_visible_keys(&mk, i, &se, &lo, &hi); }
-                double m = -INFINITY;
-                for (int64_t j = 0; j < c.Sk; ++j) {
-                    if (!(j < se || (j >= lo && j < hi))) { x[j] = -INFINITY; continue; }
-                    double s = 0;
-                    for (int64_t d = 0; d < c.D; ++d) s += Q[QI(b, i, h, d)] * K[KI(b, j, h / G, d)];
-                    x[j] = s * a.scale;
-                    m = std::max(m, x[j]);
-                }
-                if (c.sinklog) m = std::max(m, sinks[h]);
-                double l = 0;
-                if (m > -INFINITY) {
-                    for (int64_t j = 0; j < c.Sk; ++j) l += exp(x[j] - m);
-                    if (c.sinklog) l += exp(sinks[h] - m);
-                }
-                for (int64_t d = 0; d < c.D; ++d) {
-                    double acc = 0;
-                    if (l > 0)
-                        for (int64_t j = 0; j < c.Sk; ++j)
-                            if (x[j] > -INFINITY) acc += exp(x[j] - m) * V[KI(b, j, h / G, d)];
-                    Oref[QI(b, i, h, d)] = l > 0 ? acc / l : 0.0;
-                }
-                Lref[(b * c.Hq + h) * c.Sq + i] = l > 0 ? m + log(l) : -INFINITY;
-            }
+        ref_seq_fwd(refseq(b), c.Sq, c.Sk, Q.data() + b * nq, K.data() + b * nk, V.data() + b * nk,
+                    Oref.data() + b * nq, Lref.data() + b * nl);
 
     poison(o);
     poison(lse);
     CK(M->attn_fwd(&a));
     CK(M->synchronize());
     auto Og = read_logical(o);
-    report_rel(name, "O", Og, Oref, attn_tol(dt, false));
+    const double cap_tol = c.softcap > 0 && (dt == FLASHC_F16 || dt == FLASHC_BF16) ? 2e-3 : 0.0; /* tanh.approx */
+    report_rel(name, "O", Og, Oref, attn_tol(dt, false) + cap_tol);
     if (!c.lse_null) {
-        auto Lg = read_logical(lse);
-        double maxe = 0;
-        bool bad = false;
-        for (size_t r = 0; r < Lg.size(); ++r) {
-            if (std::isinf(Lref[r]) || std::isinf(Lg[r])) { bad |= Lg[r] != Lref[r]; continue; }
-            if (std::isnan(Lg[r])) { bad = true; continue; }
-            maxe = std::max(maxe, fabs(Lg[r] - Lref[r]));
-        }
-        report(name, "LSE", maxe, dt == FLASHC_F64 ? 1e-10 : 1e-4, bad);
+        bool bad;
+        const double le = lse_err(read_logical(lse), Lref, &bad);
+        report(name, "LSE", le, (dt == FLASHC_F64 ? 1e-10 : 1e-4) + (cap_tol > 0 ? c.softcap * 1e-3 : 0.0), bad);
     }
 
     /* backward, on the forward's own o and lse (lse recomputed when NULL) */
-    if (c.lse_null) return;
+    auto free_fwd = [&] {
+        free_tensor(q); free_tensor(k); free_tensor(v); free_tensor(o); free_tensor(lse);
+        if (c.sinklog) free_tensor(sl);
+        if (c.alibi) free_tensor(al);
+    };
+    if (c.lse_null || !bwd) { free_fwd(); return; }
     auto Lg = read_logical(lse);
-    Tensor dO = make_tensor(dt, 4, qs, perm_bshd, -1, -1, 1);
+    Tensor dO = make_tensor(dt, 4, qs, perm_bshd, -1, -1, c.vpad ? 1 : 0); /* (vpad false: 16-byte rows throughout) */
     auto DO = fill_random(dO, rng);
     Tensor dq = make_tensor(dt, 4, qs, perm), dk = make_tensor(dt, 4, ks, perm_bshd),
            dv = make_tensor(dt, 4, ks, perm, c.flip ? 2 : -1);
@@ -335,46 +354,26 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
     memcpy(a.sdq, dq.str, 32); memcpy(a.sdk, dk.str, 32); memcpy(a.sdv, dv.str, 32);
     a.dsinks = c.sinklog ? ds.ptr() : nullptr;
 
-    std::vector<double> dQr(Q.size(), 0.0), dKr(K.size(), 0.0), dVr(V.size(), 0.0), dSr(c.Hq, 0.0);
-    std::vector<double> P((size_t)std::max<int64_t>(c.Sk, 1)), dP(P.size());
-    for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t h = 0; h < c.Hq; ++h)
-            for (int64_t i = 0; i < c.Sq; ++i) {
-                int64_t se, lo, hi;
-                { const fc_mask mk = fc_attn_mask(&a); fc_visible_keys(&mk, i, &se, &lo, &hi); }
-                const double L = Lg[(b * c.Hq + h) * c.Sq + i];
-                double Dl = 0;
-                for (int64_t d = 0; d < c.D; ++d) Dl += DO[QI(b, i, h, d)] * Og[QI(b, i, h, d)];
-                if (c.sinklog && L > -INFINITY) dSr[h] -= exp(sinks[h] - L) * Dl;
-                for (int64_t j = 0; j < c.Sk; ++j) {
-                    if (!(j < se || (j >= lo && j < hi))) continue;
-                    double s = 0, dp = 0;
-                    for (int64_t d = 0; d < c.D; ++d) {
-                        s += Q[QI(b, i, h, d)] * K[KI(b, j, h / G, d)];
-                        dp += DO[QI(b, i, h, d)] * V[KI(b, j, h / G, d)];
-                    }
-                    const double p = exp(s * a.scale - L), dsv = p * (dp - Dl);
-                    for (int64_t d = 0; d < c.D; ++d) {
-                        dVr[KI(b, j, h / G, d)] += p * DO[QI(b, i, h, d)];
-                        dKr[KI(b, j, h / G, d)] += a.scale * dsv * Q[QI(b, i, h, d)];
-                        dQr[QI(b, i, h, d)] += a.scale * dsv * K[KI(b, j, h / G, d)];
-                    }
-                }
-            }
-    /* The reference used k/v values as seen logically; with a broadcast k the
+    /* The reference uses k/v values as seen logically; with a broadcast k the
      * batches alias one physical row, so dK is per logical element: compare
      * logical (what flashc.h specifies: dk has k's shape). */
+    std::vector<double> dQr(Q.size(), 0.0), dKr(K.size(), 0.0), dVr(V.size(), 0.0), dSr(c.Hq, 0.0);
+    for (int64_t b = 0; b < c.B; ++b)
+        ref_seq_bwd(refseq(b), c.Sq, c.Sk, Q.data() + b * nq, K.data() + b * nk, V.data() + b * nk,
+                    DO.data() + b * nq, Og.data() + b * nq, Lg.data() + b * nl, dQr.data() + b * nq,
+                    dKr.data() + b * nk, dVr.data() + b * nk, dSr.data());
     std::vector<unsigned char> first_dq;
-    for (int rep = 0; rep < 2; ++rep) {
+    for (int rep = 0; rep < (c.det && !g_one_run ? 2 : 1); ++rep) { /* deterministic: a second run, bit-identical */
         poison(dq); poison(dk); poison(dv);
         if (c.sinklog) poison(ds);
         CK(M->attn_bwd(&a));
         CK(M->synchronize());
         if (rep == 0) {
             auto g1 = read_logical(dq), g2 = read_logical(dk), g3 = read_logical(dv);
-            report_rel(name, "dQ", g1, dQr, attn_tol(dt, true));
-            report_rel(name, "dK", g2, dKr, attn_tol(dt, true));
-            report_rel(name, "dV", g3, dVr, attn_tol(dt, true));
+            const double tb = attn_tol(dt, true) + (cap_tol > 0 ? 5e-3 : 0.0);
+            report_rel(name, "dQ", g1, dQr, tb);
+            report_rel(name, "dK", g2, dKr, tb);
+            report_rel(name, "dV", g3, dVr, tb);
             if (c.sinklog) {
                 auto g4 = read_logical(ds);
                 report_rel(name, "dsinks", g4, dSr, dt == FLASHC_F64 ? 1e-9 : 1e-3);
@@ -390,9 +389,9 @@ static void run_attn(const AttnCase &c, std::mt19937_64 &rng, const char *mode) 
             report(name, "determ", again == first_dq ? 0.0 : 1.0, 0.0, false);
         }
     }
-    free_tensor(q); free_tensor(k); free_tensor(v); free_tensor(o); free_tensor(lse);
+    free_fwd();
     free_tensor(dO); free_tensor(dq); free_tensor(dk); free_tensor(dv);
-    if (c.sinklog) { free_tensor(sl); free_tensor(ds); }
+    if (c.sinklog) free_tensor(ds);
 }
 
 /* ------------------------------------ ragged batches (attn_ragged.cuh) */
@@ -423,13 +422,6 @@ struct RagCase {
     int64_t extra_q;    /* varlen: max_seqlen_q passed this much above the longest */
 };
 
-/* The options of a reference sequence; slopes: the sequence's [Hq] ALiBi
- * slopes or NULL; sinks [Hq] or NULL. */
-struct RefSeq {
-    double scale, softcap;
-    int64_t wl, wr, nsink, Hq, Hkv, D;
-    const double *sinks, *slopes;
-};
 /* x_ij (natural units, −inf where masked) and g = ∂x/∂(scale·qk) of one
  * sequence (Sq rows, Sk keys) for head h, row i, into x[Sk], g[Sk]. */
 static void ref_logits(const RefSeq &r, int64_t Sq, int64_t Sk, const double *Q, const double *K, int64_t h,
@@ -848,7 +840,7 @@ static void run_ragged(const RagCase &c, std::mt19937_64 &rng, const char *mode)
                         &dVr[cuk[b] * Hkv * D], dSr.data());
         }
         std::vector<unsigned char> first;
-        for (int rep = 0; rep < (c.det ? 2 : 1); ++rep) {
+        for (int rep = 0; rep < (c.det && !g_one_run ? 2 : 1); ++rep) {
             poison(dq); poison(dk); poison(dv);
             if (c.sinklog) poison(ds);
             CK(M->attn_bwd(&a));
@@ -891,6 +883,7 @@ static void run_ragged_clamps(std::mt19937_64 &rng, const char *mode) {
     Tensor dO = make_tensor(dt, 4, qs, perm), dq = make_tensor(dt, 4, qs, perm), dk = make_tensor(dt, 4, ks, perm),
            dv = make_tensor(dt, 4, ks, perm);
     for (Tensor *t : {&q, &k, &v, &dO}) fill_random(*t, rng);
+    for (Tensor *t : {&o, &lse, &dq, &dk, &dv}) poison(*t); /* defined bytes (initcheck): the bwd reads o, lse */
     std::vector<int32_t *> idx_dev;
     auto dev = [&](const std::vector<int32_t> &h) { idx_dev.push_back(dev_i32(h)); return idx_dev.back(); };
     fc_attn a;
@@ -920,6 +913,7 @@ static void run_ragged_clamps(std::mt19937_64 &rng, const char *mode) {
            o2 = make_tensor(dt, 4, qs2, perm), l2 = make_tensor(FLASHC_F32, 3, ls2, lperm),
            kn = make_tensor(dt, 4, ns, perm), vn = make_tensor(dt, 4, ns, perm);
     for (Tensor *t : {&kc, &vc, &q2, &kn, &vn}) fill_random(*t, rng);
+    for (Tensor *t : {&o2, &l2}) poison(*t);
     fc_attn c;
     memset(&c, 0, sizeof c);
     c.dtype = dt;
@@ -1069,7 +1063,7 @@ static void run_decode(const DecCase &c, std::mt19937_64 &rng) {
     }
 
     std::vector<unsigned char> o1, l1;
-    for (int rep = 0; rep < 2; ++rep) {
+    for (int rep = 0; rep < (g_one_run ? 1 : 2); ++rep) {
         poison(o);
         poison(lse);
         CK(M->attn_fwd(&a));
@@ -1156,6 +1150,90 @@ static std::vector<RagCase> decode_ragged_cases(bool small) {
     v.push_back({FLASHC_F16, RAG_CACHE, {8}, {3000, 100}, 16, 2, 128, 1, -1, -1, 0, true, 0, false, 0, 8, 1, 0});
     v.push_back({FLASHC_BF16, RAG_VARLEN, {1, 16, 0, 4}, {5000, 300, 7, 0}, 8, 2, 128, 1, -1, -1, 0, true, 0, false, 0, 0, 1, 0});
     return v;
+}
+
+/* ------------------------------------------ --sanitize (compute-sanitizer) */
+/* On top of --small: shapes that take every fast attention kernel through
+ * partial tiles (S not a multiple of 64 or 128), masks (causal with
+ * Sq ≠ Sk, sliding windows, fully masked rows and whole masked CTAs, sink
+ * tokens, sink logits), score modifiers (softcap, ALiBi, a negative scale),
+ * GQA and MQA, F16 and BF16, head dims 64, 96, 128, 256, forward and
+ * backward; the kernel each case reaches on an H100 (cc 9.0, 132 SMs:
+ * fcc_plan_fwd/_bwd in attn_dispatch.cu and the kernels' supports()) is
+ * noted beside it. race (--sanitize --tiny, for racecheck, whose cost grows
+ * with every shared-memory access, and races live inside one CTA): one
+ * batch entry and one K/V head (the same group size), no generic runs, no
+ * second (determinism) run. */
+static void run_sanitize(std::mt19937_64 &rng, bool race) {
+    const int BF = FLASHC_BF16, F = FLASHC_F16;
+    g_one_run = race;
+    /* dt, B, Sq, Sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, lse_null, bhsd, flip, bcast,
+     * softcap, alibi, det, vpad; then whether "auto" runs the wgmma forward (then "mma" runs the
+     * mma.sync forward on the same case). "auto" runs forward + backward. */
+    struct Dense { AttnCase c; bool wgmma; };
+    const Dense dense[] = {
+        /* wgmma fwd (plain) / mma fwd HD64 / tc bwd: 77 rows (one partial 128-row CTA), 200 keys, causal Sq < Sk */
+        {{BF, 2, 77, 200, 4, 2, 64, 1, -1, -1, 0, true, false, false, false, false, 0.0, false, 1, false}, true},
+        /* wgmma fwd (modifiers) / mma HD128 / tc bwd: BHSD, MQA, window (50, 20) with Sq > Sk: rows
+         * 0..182 see nothing (whole masked CTAs), sink tokens, ALiBi */
+        {{F, 1, 333, 130, 4, 1, 128, 0, 50, 20, 3, false, false, true, false, false, 0.0, true, 1, false}, true},
+        /* wgmma fwd (modifiers) / mma HD128 / tc bwd: causal Sq < Sk, softcap, sink logits */
+        {{BF, 1, 200, 333, 4, 2, 128, 1, -1, -1, 0, true, false, false, false, false, 5.0, false, 1, false}, true},
+        /* wgmma fwd (modifiers) / mma HD64 / tc bwd: sliding window (16, 0), Sq > Sk (rows 0..52 get
+         * only the sink logit), sink tokens, softcap, ALiBi */
+        {{F, 2, 130, 77, 2, 2, 64, 0, 16, 0, 2, true, false, false, false, false, 3.0, true, 1, false}, true},
+        /* D 96: mma fwd HD96 (64-row CTAs, 100 = 64 + 36) / tc bwd HD96 */
+        {{BF, 1, 100, 150, 4, 2, 96, 1, -1, -1, 2, false, false, false, false, false, 0.0, false, 1, false}, false},
+        /* D 256: mma fwd HD256 (modifiers) / generic bwd (D > 128) */
+        {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, false},
+        /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
+         * causal + window 256 */
+        {{BF, 1, 100, 2100, 2, 1, 64, 1, 256, -1, 0, false, false, false, false, false, 0.0, false, 0, false}, true},
+        /* split-KV decode fwd (Sq ≤ 64, B·Hq < 132 SMs; 80 rows per kv head: MT 2) / tc bwd HD128 */
+        {{F, 2, 40, 333, 4, 2, 128, 1, 100, -1, 2, true, false, false, false, false, 0.0, false, 1, false}, false},
+        /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
+         * 65 rows and 129 keys: one past a tile */
+        {{BF, 2, 65, 129, 4, 2, 64, 0, -1, -1, 0, false, false, false, false, true, 0.0, false, 1, false}, false},
+    };
+    for (const Dense &d : dense) {
+        AttnCase c = d.c;
+        if (race) {
+            c.Hq /= c.Hkv;
+            c.Hkv = 1;
+            if (!c.bcast) c.B = 1; /* (a broadcast k keeps B = 2: with B = 1 wgmma would take it) */
+        }
+        run_attn(c, rng, "auto");
+        if (d.wgmma) run_attn(c, rng, "mma", false);
+        if (!race) run_attn(c, rng, "generic");
+    }
+    /* split-KV decode, dense (run_decode: "auto", forward, twice): dt, B, Sq, Sk, Hq, Hkv, D, causal,
+     * wl, wr, nsink, sinklog, softcap, alibi, lse_null, negscale */
+    const DecCase dec[] = {
+        /* HD256, many splits over 1999 keys (window (700, 3)), sink tokens and logits, negative scale */
+        {F, 2, 3, 1999, 8, 2, 256, 0, 700, 3, 2, true, 0.0, false, false, true},
+        /* HD128, 64 rows per kv head (MT 2), causal, softcap, ALiBi, lse NULL */
+        {BF, 1, 16, 777, 8, 2, 128, 1, -1, -1, 0, false, 2.0, true, true, false},
+    };
+    for (const DecCase &c : dec) run_decode(c, rng);
+    /* ragged ("auto", then "generic" unless race): dt, kind, sq, sk, Hq, Hkv, D, causal, wl, wr,
+     * nsink, sinklog, softcap, alibi, page, snew, det, extra_q */
+    const std::vector<RagCase> rag = {
+        /* varlen: mma fwd (ragged, modifiers) / tc bwd (ragged) + gap zeros: 77, 0, 130 rows, window
+         * (40, 0), sink tokens and logits, softcap, ALiBi */
+        {F, RAG_VARLEN, {77, 0, 130}, {200, 5, 130}, 4, 2, 128, 0, 40, 0, 2, true, 4.0, true, 0, 0, 1, 0},
+        /* varlen: mma fwd / tc bwd with the atomic dQ (longest key sequence 2100), causal + window 256 */
+        {BF, RAG_VARLEN, {100, 3}, {2100, 7}, 2, 1, 64, 1, 256, -1, 0, false, 0.0, false, 0, 0, 0, 0},
+        /* KV cache rows: append of 77 tokens, mma fwd (ragged), causal */
+        {BF, RAG_CACHE, {77}, {0, 130, 200}, 4, 2, 64, 1, -1, -1, 0, false, 0.0, false, 0, 77, 1, 0},
+        /* paged (16-key pages): append of 5, split-KV decode (ragged, modifiers), MQA */
+        {F, RAG_PAGED, {5}, {333, 77}, 4, 1, 128, 1, -1, -1, 0, true, 3.0, true, 16, 5, 1, 0},
+        /* cache_batch_idx: append of 70, mma fwd (ragged), window (50, 0), sink tokens */
+        {BF, RAG_CBI, {70}, {10, 130}, 4, 2, 64, 1, 50, 0, 4, false, 0.0, false, 0, 70, 1, 0},
+    };
+    for (const RagCase &c : rag) {
+        run_ragged(c, rng, "auto");
+        if (!race) run_ragged(c, rng, "generic");
+    }
 }
 
 /* --------------------------------------------------- weighted row-sum */
@@ -1430,11 +1508,12 @@ static void bench(FILE *json) {
 
 /* -------------------------------------------------------------- main */
 int main(int argc, char **argv) {
-    bool small = false, tiny = false, do_bench = false;
+    bool small = false, tiny = false, do_bench = false, sanitize = false;
     const char *json_path = "selftest-bench.json";
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--small")) small = true;
         else if (!strcmp(argv[i], "--tiny")) tiny = small = true; /* racecheck: f32 + bf16, one case each */
+        else if (!strcmp(argv[i], "--sanitize")) sanitize = small = true; /* + run_sanitize (at --tiny's scale with it) */
         else if (!strcmp(argv[i], "--bench")) do_bench = true;
         else if (!strcmp(argv[i], "--bench-wsum")) do_bench = g_wsum_only = true; /* no tests */
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
@@ -1546,6 +1625,7 @@ int main(int argc, char **argv) {
             run_ragged_clamps(rng, "auto");
         }
     }
+    if (sanitize) run_sanitize(rng, tiny);
 
     std::vector<WsCase> wc;
     for (int dt : dts) {
