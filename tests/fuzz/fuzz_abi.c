@@ -860,6 +860,16 @@ static void attn_case(int bwd, int mutate) {
                bwd ? "fwd+bwd" : "fwd", a.dt, (long long)a.B, (long long)a.Sq, (long long)a.Sk, (long long)a.Hq,
                (long long)a.Hkv, (long long)a.D, a.p.causal, (long long)a.p.window_left, (long long)a.p.window_right,
                (long long)a.p.num_sink_tokens, a.has_sinks, a.has_alibi, a.p.softcap, a.p.softmax_scale, a.p.backend);
+    if (g_verbose > 1) { /* -vv: every tensor's shape and strides (elements) */
+        const struct { const char *n; const ft *f; } ts[] = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o},
+            {"lse", &a.lse}, {"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
+            const flashc_tensor *t = &ts[i].f->t;
+            printf("  %-4s data=%s shape/strides:", ts[i].n, t->data ? "set" : "NULL");
+            for (int d = 0; d < t->ndim && d < 8; ++d) printf(" %lld/%lld", (long long)t->shape[d], (long long)t->strides[d]);
+            printf("\n");
+        }
+    }
     a.tq = &a.q.t, a.tk = &a.k.t, a.tlse = a.has_lse ? &a.lse.t : NULL, a.tdq = NULL;
     if (!bwd) {
         const int want = mutate ? attn_mutate(&a, 0, &a.tq, &a.tk, &a.tlse, &a.tdq) : FLASHC_OK;
