@@ -848,6 +848,18 @@ static void attn_replay(attn *a, int valid, flashc_status s_cpu) {
     g_nreg = n0;
 }
 
+/* -vv: every tensor's shape and strides (elements); unset ones print empty. */
+static void attn_dump(const attn *a) {
+    const struct { const char *n; const ft *f; } ts[] = {{"q", &a->q}, {"k", &a->k}, {"v", &a->v}, {"o", &a->o},
+        {"lse", &a->lse}, {"dout", &a->dout}, {"dq", &a->dq}, {"dk", &a->dk}, {"dv", &a->dv}};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
+        const flashc_tensor *t = &ts[i].f->t;
+        printf("  %-4s data=%s shape/strides:", ts[i].n, t->data ? "set" : "NULL");
+        for (int d = 0; d < t->ndim && d < 8; ++d) printf(" %lld/%lld", (long long)t->shape[d], (long long)t->strides[d]);
+        printf("\n");
+    }
+}
+
 static void attn_case(int bwd, int mutate) {
     attn a;
     attn_make(&a);
@@ -860,16 +872,7 @@ static void attn_case(int bwd, int mutate) {
                bwd ? "fwd+bwd" : "fwd", a.dt, (long long)a.B, (long long)a.Sq, (long long)a.Sk, (long long)a.Hq,
                (long long)a.Hkv, (long long)a.D, a.p.causal, (long long)a.p.window_left, (long long)a.p.window_right,
                (long long)a.p.num_sink_tokens, a.has_sinks, a.has_alibi, a.p.softcap, a.p.softmax_scale, a.p.backend);
-    if (g_verbose > 1) { /* -vv: every tensor's shape and strides (elements) */
-        const struct { const char *n; const ft *f; } ts[] = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o},
-            {"lse", &a.lse}, {"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
-            const flashc_tensor *t = &ts[i].f->t;
-            printf("  %-4s data=%s shape/strides:", ts[i].n, t->data ? "set" : "NULL");
-            for (int d = 0; d < t->ndim && d < 8; ++d) printf(" %lld/%lld", (long long)t->shape[d], (long long)t->strides[d]);
-            printf("\n");
-        }
-    }
+    if (g_verbose > 1) attn_dump(&a);
     a.tq = &a.q.t, a.tk = &a.k.t, a.tlse = a.has_lse ? &a.lse.t : NULL, a.tdq = NULL;
     if (!bwd) {
         const int want = mutate ? attn_mutate(&a, 0, &a.tq, &a.tk, &a.tlse, &a.tdq) : FLASHC_OK;
@@ -894,6 +897,7 @@ static void attn_case(int bwd, int mutate) {
     ft_make(&a.dq, a.dt, 4, qs, 1, 0);
     ft_make(&a.dk, a.dt, 4, ks, 1, 0);
     ft_make(&a.dv, a.dt, 4, ks, 1, 0);
+    if (g_verbose > 1) attn_dump(&a);
     if (a.has_sinks) {
         if (coin(0.5)) {
             ft_make(&a.dsinks, a.ldt, 1, hs, 1, 0);
