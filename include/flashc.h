@@ -94,11 +94,10 @@
  *   A row with no visible key: O_i = 0 and L_i = −inf (L_i = s_h when a sink
  *   logit is given). Never NaN.
  *   What a row cannot see never influences it: NaN/Inf in a masked key or
- *   value leaves the row's O and L, and its dQ, unchanged (CPU backend,
- *   every path, forward and backward; CUDA backend: every kernel except,
- *   for now, the Hopper wgmma forward (F16/BF16, D 64/128 on compute
- *   capability 9.0), where a masked NaN/Inf value in a tile the row partly
- *   sees can reach it).
+ *   value leaves the row's O and L, and its dQ (and dK/dV of the keys it
+ *   does not reach), unchanged, bit for bit, on every path of both backends,
+ *   forward and backward. A row that does see a non-finite key or value
+ *   gets non-finite results (NaN, as a rule).
  *   Range: the scale bound keeps the scale and its products with unit-sized
  *   q·k exact enough for the backward's recomputation P = exp(x − L) (its
  *   error grows as |x|·ε of the compute type). Logits that overflow the

@@ -32,15 +32,23 @@ static inline FC_HOST_DEVICE int fc_key_visible(int64_t se, int64_t lo, int64_t 
 }
 
 /* The visible ranges of row i. Saturating: window sizes up to INT64_MAX
- * never overflow (a window wider than the sequence is an open side). */
+ * never overflow (a window wider than the sequence is an open side). The
+ * window sides are clamped to the sequence first (wl to Sk, wr to Sq: the
+ * same ranges), so that no expression below can overflow even when a
+ * compiler evaluates both arms of a selection: nvcc turned
+ * `wl >= diag ? 0 : diag − wl` into max(0, diag − wl), which wrapped for
+ * wl near INT64_MAX (every row then saw no key in the CUDA dK/dV kernel). */
 static inline FC_HOST_DEVICE void fc_visible_keys(const fc_mask *m, int64_t i, int64_t *se, int64_t *lo,
                                                   int64_t *hi) {
     const int64_t diag = i + (m->Sk - m->Sq); /* the key aligned with row i: −Sq < diag < Sk */
-    /* hi = min(Sk, diag + wr + 1); Sk − diag = Sq − i ≥ 1, so no overflow. */
-    int64_t h = (m->wr < 0 || m->wr >= m->Sk - diag) ? m->Sk : diag + m->wr + 1;
+    const int64_t wl = (m->wl < 0 || m->wl > m->Sk) ? m->Sk : m->wl; /* 0 ≤ wl ≤ Sk */
+    const int64_t wr = (m->wr < 0 || m->wr > m->Sq) ? m->Sq : m->wr; /* 0 ≤ wr ≤ Sq */
+    /* hi = min(Sk, diag + wr + 1): Sk − diag = Sq − i ≥ 1, and
+     * diag + wr + 1 ≤ Sk + Sq. */
+    int64_t h = wr >= m->Sk - diag ? m->Sk : diag + wr + 1;
     if (h < 0) h = 0;
-    /* lo = max(0, diag − wl) */
-    int64_t l = (m->wl < 0 || m->wl >= diag) ? 0 : diag - m->wl;
+    /* lo = max(0, diag − wl): −Sq − Sk < diag − wl < Sk. */
+    int64_t l = wl >= diag ? 0 : diag - wl;
     if (l > h) l = h;
     int64_t s = m->n_sink < l ? m->n_sink : l;
     if (s < 0) s = 0;

@@ -474,8 +474,9 @@ static Plan make_plan(const fcc_attn &p) {
     if (pl.smem > (size_t)p.dev.smem_optin) return pl;
     /* Keys a row block may see: all, or the window's span and the sinks. */
     int64_t keys = a.Sk;
-    if (a.wl >= 0) {
-        const int64_t span = a.wl + a.Sq + (a.wr >= 0 ? a.wr : a.Sk) + a.n_sink;
+    if (a.wl >= 0 && a.wl < a.Sk) { /* (sides clamped to the sequence: no overflow for huge windows) */
+        const int64_t wr = a.wr >= 0 && a.wr < a.Sk ? a.wr : a.Sk, ns = a.n_sink < a.Sk ? a.n_sink : a.Sk;
+        const int64_t span = a.wl + a.Sq + wr + ns;
         keys = span < keys ? span : keys;
     }
     const int64_t per_sm = (p.dev.smem_optin + 1024) / ((int64_t)pl.smem + 1024); /* + the per-block reserve */

@@ -33,6 +33,21 @@
  * masks only on tiles not visible to every row of the warpgroup; rows with
  * no visible key get O = 0, L = −inf (or s_h). Rows and keys past Sq / Sk
  * read zeros (TMA out-of-bounds fill).
+ * Masked NaN/Inf (flashc.h: what a row cannot see never influences it): a
+ * masked score is −inf by selection, but P·V multiplies a masked P = 0 by
+ * the whole V tile, and 0·Inf = NaN. So the V tiles that some row of the
+ * CTA cannot wholly see (scrub_tile: few per CTA, none without masks) land
+ * on a producer-only barrier (`vland`); the producer warpgroup replaces
+ * their non-finite values by +0 in place (scrub_v: one key row per thread),
+ * makes the writes visible to the async proxy (fence.proxy.async) and only
+ * then completes the stage's `full` barrier, and each producer thread
+ * notes whether its CTA row sees a key that held such a value. At the end
+ * those rows (`rowbad`, behind the `logdone` barrier) are stored as NaN
+ * (the mma.sync kernel poisons P instead, as the CPU does). The consumers'
+ * loop is the one without the scrub: code for it there, even never run,
+ * cost 4–10 % (measured); P·V on mma.sync for such tiles made ptxas
+ * serialize the wgmma pipeline (−35 %). Problems without a window or
+ * causal mask (every row sees every key) run the SCRUB = false instance.
  */
 #include "attn_fwd_wgmma.cuh"
 #include "attn_fwd_tile.cuh"
@@ -114,6 +129,59 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uin
     wg_commit();
 }
 
+/* Does some row of the CTA (first row cf, last row cl) miss some key
+ * < Sk of tile `tile`? Then its V stage is scrubbed (see the top). */
+template <int BN> __device__ __forceinline__ bool scrub_tile(const Vis &cf, const Vis &cl, int tile, int Sk) {
+    const int n0 = tile * BN, n1 = min(n0 + BN, Sk);
+    return !FC_TILE_FULL(cf.se, cl.lo, cf.hi, n0, n1);
+}
+
+/* Producer warpgroup (thread t = key row t of the tile): the V stage at sv
+ * (NDB 128-byte-row blocks of BN rows, 128B-swizzled: a row's 128 bytes
+ * stay in place, only their 16-byte chunks are permuted) with non-finite
+ * values replaced by +0; bad[w] = the keys 32w.. of warp w that held one. */
+template <typename T, class K> __device__ __forceinline__ void scrub_v(uint32_t sv, int t, uint32_t *bad) {
+    constexpr uint32_t em = Ops<T>::EXP;
+    bool any = false;
+#pragma unroll 1
+    for (int db = 0; db < K::NDB; ++db)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const uint32_t addr = sv + db * K::BN * 128 + t * 128 + ((c + t) & 7) * 16; /* rotated: no bank conflicts */
+            uint32_t x[4];
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                         : "r"(addr));
+            const uint32_t nf = nonfinite2(x[0], em) | nonfinite2(x[1], em) | nonfinite2(x[2], em) |
+                                nonfinite2(x[3], em);
+            if (nf) {
+                any = true;
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                             "r"(zero_nonfinite2(x[0], em)), "r"(zero_nonfinite2(x[1], em)),
+                             "r"(zero_nonfinite2(x[2], em)), "r"(zero_nonfinite2(x[3], em))
+                             : "memory");
+            }
+        }
+    const uint32_t m = __ballot_sync(0xffffffffu, any);
+    if ((t & 31) == 0) bad[t >> 5] = m;
+}
+
+/* Bits [a, b) of the 32-key word w of a tile (a, b relative to the tile;
+ * any values: clamped). */
+__device__ __forceinline__ uint32_t range_bits(int a, int b, int w) {
+    const int lo = min(max(a - 32 * w, 0), 32), hi = min(max(b - 32 * w, 0), 32);
+    const uint32_t below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u, below_lo = lo >= 32 ? ~0u : (1u << lo) - 1u;
+    return below_hi & ~below_lo;
+}
+/* Does a row with ranges v see one of the keys of `bad` (bit j: key n0 + j)? */
+__device__ __forceinline__ bool sees_bad_key(const Vis &v, int n0, const uint32_t (&bad)[4]) {
+    uint32_t any = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+        any |= bad[w] & (range_bits(-n0, v.se - n0, w) | range_bits(v.lo - n0, v.hi - n0, w));
+    return any != 0;
+}
+
 /* Register fences over a fragment: the compiler keeps its registers as they
  * are across the asynchronous product that reads or writes them. */
 template <int NJ, int NE> __device__ __forceinline__ void acc_fence(float (&acc)[NJ][NE]) {
@@ -129,9 +197,30 @@ template <int NJ, int NE> __device__ __forceinline__ void acc_fence(uint32_t (&r
         for (int e = 0; e < NE; ++e) asm volatile("" : "+r"(r[j][e])::"memory");
 }
 
+/* The producer warpgroup's own barrier (named barrier 3, 128 threads). */
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
+
+/* The producer's part of a scrubbed V stage (sv, landed on `land` in
+ * phase `parity`): scrub it, complete its `full` barrier, and say whether
+ * row `row` (this thread's) sees a key whose value held NaN/Inf (key n0 + j
+ * for bit j of vbad). Not inlined: its code in the producer's loop made
+ * the whole kernel slower, even where it never ran (measured −4 to −8 %). */
+template <typename T, class K>
+__device__ __noinline__ bool scrub_stage(uint32_t sv, uint32_t land, uint32_t parity, uint32_t full, int tid,
+                                         uint32_t *vbad, Vis row, int n0) {
+    mbar_wait(land, parity);
+    producer_sync(); /* the previous scrub's vbad has been read */
+    scrub_v<T, K>(sv, tid, vbad);
+    fence_proxy_async_smem();
+    producer_sync(); /* every scrub write (and vbad) done */
+    if (tid == 0) mbar_arrive(full);
+    const uint32_t bad[4] = {vbad[0], vbad[1], vbad[2], vbad[3]};
+    return (bad[0] | bad[1] | bad[2] | bad[3]) && sees_bad_key(row, n0, bad);
+}
+
 /* One CTA per virtual block (nM query blocks × Hq × B). MOD: the modifier
  * path (attn_fwd_tile.cuh), chosen once on the host. */
-template <typename T, class K, bool MOD>
+template <typename T, class K, bool MOD, bool SCRUB>
 __global__ void __launch_bounds__(384, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ fcc_attn p,
@@ -139,13 +228,18 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int HD = K::HD, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB;
     extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[1 + 4 * ST]; /* Q, K full/empty, V full/empty */
+    /* Q, K full/empty, V full/empty, V land (scrubbed stages), logdone */
+    __shared__ __align__(8) uint64_t bars[1 + 5 * ST + 1];
+    __shared__ uint32_t vbad[4];   /* the tile being scrubbed: keys that held NaN/Inf */
+    __shared__ uint32_t rowbad[4]; /* the CTA's rows that saw such a key (bit r: row m0 + r) */
     /* 128B-swizzled tiles need 1024-byte aligned atoms. */
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + K::OFF_K, sV = base + K::OFF_V;
     const uint32_t barQ = smem_u32(&bars[0]);
     const Ring<ST> rk = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
     const Ring<ST> rv = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[1 + 3 * ST])};
+    const uint32_t vland = smem_u32(&bars[1 + 4 * ST]); /* vland + 8·s: a scrubbed stage's TMA landed */
+    const uint32_t logdone = smem_u32(&bars[1 + 5 * ST]); /* rowbad written */
 
     const int tid = threadIdx.x, wg = tid >> 7;
 
@@ -160,6 +254,7 @@ __global__ void __launch_bounds__(384, 1)
     const int mlast = min(m0 + BM, p.Sq) - 1;
 
     const KeyTiles kt = key_tiles<BN>(p.mask, m0, mlast);
+    const Vis cfirst = vis_of(p.mask, m0, p.Sq), clast = vis_of(p.mask, mlast, p.Sq);
 
     if (tid == 0) {
         mbar_init(barQ, 1);
@@ -168,7 +263,9 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(rk.empty + 8 * s, 256); /* every consumer thread arrives */
             mbar_init(rv.full + 8 * s, 1);
             mbar_init(rv.empty + 8 * s, 256);
+            mbar_init(vland + 8 * s, 1);
         }
+        mbar_init(logdone, 128); /* every producer thread */
         mbar_fence_init();
     }
     __syncthreads();
@@ -176,25 +273,56 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         /* ------------------------------------------------ producer */
         setmaxnreg_dec<40>();
-        if (tid == 0 && kt.first < kt.b1) {
-            mbar_expect_tx(barQ, K::Q_BYTES);
+        bool saw = false; /* CTA row m0 + tid sees a key whose value held NaN/Inf */
+        if (kt.first < kt.b1) {
+            /* Thread 0 issues every load; the whole warpgroup scrubs the V
+             * stages that need it (scrub_tile) once they have landed. */
+            if (tid == 0) {
+                mbar_expect_tx(barQ, K::Q_BYTES);
 #pragma unroll
-            for (int db = 0; db < NDB; ++db) tma_load_4d(sQ + db * BM * 128, &tq, barQ, db * 64, m0, h, b);
-            /* In the order the consumers use them: K(t) then V(t − 1). */
-            auto load = [&](const Ring<ST> &r, uint32_t dst, const CUtensorMap *map, int it, int tile) {
-                r.wait_empty(it);
-                const uint32_t bar = r.full + 8 * (it % ST);
+                for (int db = 0; db < NDB; ++db) tma_load_4d(sQ + db * BM * 128, &tq, barQ, db * 64, m0, h, b);
+            }
+            /* Tile `tile` into stage it % ST of a ring, completing on bar. */
+            auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
                 mbar_expect_tx(bar, K::KV_BYTES);
 #pragma unroll
                 for (int db = 0; db < NDB; ++db)
                     tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, tile * BN, hk, b);
             };
+            /* In the order the consumers use them: K(t) then V(t − 1). */
+            auto load = [&](const Ring<ST> &r, uint32_t dst, const CUtensorMap *map, int it, int tile) {
+                if (tid != 0) return;
+                r.wait_empty(it);
+                issue(dst, map, r.full + 8 * (it % ST), it, tile);
+            };
+            const Vis myrow = vis_of(p.mask, m0 + tid, p.Sq);
+            uint32_t vpar = 0; /* bit s: parity of vland[s]'s next phase (one per scrubbed use) */
+            auto load_v = [&](int it, int tile) {
+                if (!SCRUB || !scrub_tile<BN>(cfirst, clast, tile, p.Sk)) {
+                    load(rv, sV, &tv, it, tile);
+                    return;
+                }
+                const int st = it % ST;
+                if (tid == 0) {
+                    rv.wait_empty(it);
+                    issue(sV, &tv, vland + 8 * st, it, tile);
+                }
+                saw |= scrub_stage<T, K>(sV + st * K::KV_BYTES, vland + 8 * st, (vpar >> st) & 1u, rv.full + 8 * st,
+                                         tid, vbad, myrow, tile * BN);
+                vpar ^= 1u << st;
+            };
             int it = 0, prev = -1;
-            for (int tile = kt.first; tile < kt.b1; prev = tile, tile = kt.next(tile), ++it) {
-                load(rk, sK, &tk, it, tile);
-                if (it > 0) load(rv, sV, &tv, it - 1, prev);
+            for (int tile = kt.first;; prev = tile, tile = kt.next(tile), ++it) { /* one call site of each */
+                const bool more = tile < kt.b1;
+                if (more) load(rk, sK, &tk, it, tile);
+                if (it > 0) load_v(it - 1, prev);
+                if (!more) break;
             }
-            load(rv, sV, &tv, it - 1, prev);
+        }
+        if (SCRUB) {
+            const uint32_t m = __ballot_sync(0xffffffffu, saw);
+            if ((tid & 31) == 0) rowbad[tid >> 5] = m;
+            mbar_arrive(logdone);
         }
     } else {
         /* ------------------------------------------------ consumers */
@@ -297,6 +425,14 @@ __global__ void __launch_bounds__(384, 1)
          * straight from registers in 4-byte pairs. */
         float f[2], L[2];
         row_finish(m_i, l_i, mul_ln, a.sink_logits != nullptr, (float)fc_attn_sink(&a, h), f, L);
+        if (SCRUB) {
+            mbar_wait(logdone, 0);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = row0 + 8 * hf - m0;
+                if ((rowbad[r >> 5] >> (r & 31)) & 1u) f[hf] = __int_as_float(0x7fc00000); /* O = NaN: saw NaN/Inf */
+            }
+        }
         T *Ob = static_cast<T *>(a.o) + (int64_t)b * a.so[0] + (int64_t)h * a.so[2];
         float *lse = static_cast<float *>(a.lse);
 #pragma unroll
@@ -376,7 +512,15 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
     const int nM = (p.Sq + K::BM - 1) / K::BM;
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
-    auto kern = mod ? attn_fwd_wgmma_kernel<T, K, true> : attn_fwd_wgmma_kernel<T, K, false>;
+    /* SCRUB (see the top): only where some row misses some key (hi and lo
+     * are non-decreasing in the row: row 0 has the smallest hi, the last
+     * row the largest lo; sink tokens that reach lo close the gap). */
+    int64_t se0, lo0, hi0, sel, lol, hil;
+    fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
+    fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
+    const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
+    auto kern = mod ? (scrub ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, true, false>)
+                    : (scrub ? attn_fwd_wgmma_kernel<T, K, false, true> : attn_fwd_wgmma_kernel<T, K, false, false>);
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
     kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, p, nM);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");

@@ -57,6 +57,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
+/* Orders this thread's generic-proxy shared-memory writes before later
+ * async-proxy reads of them (wgmma operands, TMA stores) once the reader has
+ * synchronised with this thread (an mbarrier arrive after this fence). */
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /* ------------------------------------------------------------ TMA */
 /* One box of a 4-D tensor map (coordinates innermost first) into smem at
  * dst; completion (the box's bytes) is signalled on bar. */

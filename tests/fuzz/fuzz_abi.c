@@ -625,15 +625,16 @@ static void attn_check_fwd(const attn *a) {
                     for (int64_t j = 0; j < a->Sk; ++j) x[j] = visible(a, i, j) ? exp(x[j] - mm) : 0.0;
                 }
                 for (int64_t d = 0; d < a->D; ++d) {
-                    double acc = 0;
+                    double acc = 0, mag = 0; /* mag = Σ p_j·|v_j|: o's scale when the sum cancels */
                     if (any)
                         for (int64_t j = 0; j < a->Sk; ++j)
                             if (x[j] != 0.0) {
                                 const double vj = get4(&a->v.t, b, j, hk, d);
                                 acc += x[j] * vj;
+                                mag += x[j] * fabs(vj);
                                 vmax = fmax(vmax, fabs(vj));
                             }
-                    cmp_add(&co, get4(&a->o.t, b, i, h, d), any ? acc / den : 0.0);
+                    cmp_add_m(&co, get4(&a->o.t, b, i, h, d), any ? acc / den : 0.0, any ? mag / den : 0.0);
                 }
                 if (a->has_lse) {
                     const int64_t idx[3] = {b, h, i};
