@@ -601,25 +601,33 @@ static void check_twopass_small(void) {
  * O = 0, L = −inf). A window wider than the sequence is an open side: the
  * result must equal the unwindowed one, bit for bit, forward and backward. */
 static void check_huge_windows(void) {
-    const int64_t big[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2, ((int64_t)1 << 62) + 3, 4};
+    int64_t big[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2, ((int64_t)1 << 62) + 3, 0 /* Sq + Sk */};
+    /* Sq ≠ Sk too: with Sq > Sk, nvcc folded the window's lower bound into an
+     * expression that wrapped for window_left near INT64_MAX (the CUDA dK/dV
+     * kernel saw no rows); a host compiler may do the same one day. */
+    const int64_t shapes[][2] = {{4, 4}, {9, 3}, {3, 9}};
+    for (int sh = 0; sh < 3; ++sh)
     for (int dt = 0; dt < 2; ++dt) {
         const int dtype = dt ? FLASHC_F64 : FLASHC_F32;
-        attn_case ref = attn_case_make(dtype, 1, 4, 4, 2, 1, 8, 1.0);
+        const int64_t Sq = shapes[sh][0], Sk = shapes[sh][1];
+        big[4] = Sq + Sk; /* the smallest window that is open on both sides is max(Sq, Sk) − 1 */
+        attn_case ref = attn_case_make(dtype, 1, Sq, Sk, 2, 1, 8, 1.0);
         flashc_attn_params p = flashc_attn_params_default();
         p.backend = FLASHC_BACKEND_CPU;
         CHECK(attn_case_run(&ref, &p) == FLASHC_OK, "unwindowed: %s", flashc_last_error());
         for (size_t l = 0; l < sizeof big / sizeof *big; ++l)
             for (size_t r = 0; r < sizeof big / sizeof *big; ++r)
                 for (int sink = 0; sink < 2; ++sink) {
-                    attn_case c = attn_case_make(dtype, 1, 4, 4, 2, 1, 8, 1.0);
+                    attn_case c = attn_case_make(dtype, 1, Sq, Sk, 2, 1, 8, 1.0);
                     attn_case_copy_inputs(&c, &ref);
                     p.window_left = big[l];
                     p.window_right = big[r];
                     p.num_sink_tokens = sink ? INT64_MAX : 0;
                     CHECK(attn_case_run(&c, &p) == FLASHC_OK, "window (%lld, %lld): %s", (long long)big[l],
                           (long long)big[r], flashc_last_error());
-                    CHECK(attn_case_diff(&c, &ref) == 0.0, "window (%lld, %lld) sinks %d differs from no window",
-                          (long long)big[l], (long long)big[r], sink);
+                    CHECK(attn_case_diff(&c, &ref) == 0.0,
+                          "Sq %lld Sk %lld window (%lld, %lld) sinks %d differs from no window", (long long)Sq,
+                          (long long)Sk, (long long)big[l], (long long)big[r], sink);
                     attn_case_free(&c);
                 }
         attn_case_free(&ref);

@@ -187,6 +187,15 @@ static void FN(dec_pv_masked)(float *o, int64_t ldo, int64_t R, const float *p, 
 // ran 1.3–2× slower on the dev VM). A head's arithmetic does not depend on its group. Leaves for head
 // hk0 + h, at out + h·per_part, the unnormalised o (R, dpp), then the running max m (R, log2 units),
 // then the sum l (R).
+/* A K or V row at element offset off of x (d-stride ds) as fp32: in place
+ * when `inplace` (fp32 rows of unit d-stride), else converted into buf. */
+static inline const float *FN(kv_row)(const fc_attn *a, const void *x, int64_t off, int64_t ds, int inplace,
+                                      float *buf) {
+    if (inplace) return (const float *)x + off;
+    fc_cvt_row(buf, (const char *)x + off * (a->dtype == FLASHC_F32 ? 4 : 2), ds, a->dtype, a->D, 1.0f);
+    return buf;
+}
+
 static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk0, int64_t nh, const fc_keysegs *ks, int64_t p0,
                          int64_t p1, const int64_t *se, const int64_t *lo, const int64_t *hi, float *ws, float *out,
                          int64_t per_part) {
@@ -259,20 +268,8 @@ static void FN(dec_item)(const fc_attn *a, int64_t b, int64_t hk0, int64_t nh, c
                 fc_kv_rows(a, a->sv, b, hk, j0, nb, vo);
                 const float *kr[FC_VF_W], *vr[FC_VF_W];
                 for (int jj = 0; jj < nb; ++jj) {
-                    if (k_inplace) {
-                        kr[jj] = (const float *)a->k + ko[jj];
-                    } else {
-                        fc_cvt_row(kp + jj * dpp, (const char *)a->k + ko[jj] * (int64_t)esz, a->sk[3], a->dtype, D,
-                                   1.0f);
-                        kr[jj] = kp + jj * dpp;
-                    }
-                    if (v_inplace) {
-                        vr[jj] = (const float *)a->v + vo[jj];
-                    } else {
-                        fc_cvt_row(vp + jj * dpp, (const char *)a->v + vo[jj] * (int64_t)esz, a->sv[3], a->dtype, D,
-                                   1.0f);
-                        vr[jj] = vp + jj * dpp;
-                    }
+                    kr[jj] = FN(kv_row)(a, a->k, ko[jj], a->sk[3], k_inplace, kp + jj * dpp);
+                    vr[jj] = FN(kv_row)(a, a->v, vo[jj], a->sv[3], v_inplace, vp + jj * dpp);
                 }
                 for (int jj = nb; jj < FC_VF_W; ++jj) kr[jj] = kr[nb - 1];
 #define FC_DEC_SCORES(md)                                                                                  \
