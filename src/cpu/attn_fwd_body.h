@@ -200,6 +200,8 @@ static void FN(finish)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int6
     fc_fwd_finish_rows(a, b, hk, r0, nr, o, ldo, m, l, fc_store_row);
 }
 
+#include "attn_fwd_store.h"
+
 // q, o are (B, Sq, Hq, D); k, v are (B, Sk, Hkv, D); lse is (B, Hq, Sq).
 // Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b over the key-list positions
 // [p0, p1) of the block's keys: finished, or as a partial into part (fc_fwd_block_fn).
@@ -331,16 +333,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
         }
     }
 
-    for (int rg = 0; rg < nr; rg += FC_VF_W) {
-        /* rows[k][d] = ot[d][rg + k]: into tmp, or the partial's rows */
-        float *rows = part ? part + rg * dp : tmp;
-        for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(ot + d * FC_BR + rg, FC_BR, rows + d, dp);
-        if (!part) FN(finish)(a, b, hk, r0 + rg, nr - rg < FC_VF_W ? nr - rg : FC_VF_W, tmp, dp, m + rg, l + rg);
-    }
-    if (part) {
-        memcpy(part + FC_BR * dp, m, (size_t)nr * sizeof(float));
-        memcpy(part + FC_BR * dp + FC_BR, l, (size_t)nr * sizeof(float));
-    }
+    FN(block_store)(a, b, hk, r0, nr, ot, dp, tmp, m, l, part);
 }
 
 static flashc_status FN(run)(const fc_attn *a) {
