@@ -336,7 +336,7 @@ FLASHC_API const char *flashc_cpu_features(void);
  *                                      (batch, kv head); 0 = never; capped at 64
  *   FLASHC_CPU_BWD=twopass             CPU backward: force the two-pass (key-major) schedule
  *   FLASHC_CUDA_KERNEL=generic|mma     CUDA attention: generic SIMT kernels only, or skip the
- *                                      Hopper wgmma forward (mma.sync, then generic)
+ *                                      Hopper wgmma kernels (mma.sync, then generic)
  *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
  *                                      beside libflashc.so); read once, at the first load
  *   FLASHC_WSUM_VARIANT=0|1            CUDA weighted sum: 0 = generic kernels only; 1 = auto */

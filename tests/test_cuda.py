@@ -966,3 +966,31 @@ def test_score_mods_softcap_invalid_on_cuda(rng):
     with pytest.raises(flashc.FlashcError) as ei:
         flashc.attention(d, d, d, softcap=-2.0)
     assert ei.value.status == _lib.FLASHC_ERR_INVALID_ARGUMENT
+
+# ====================================================================
+# Hopper wgmma backward (src/cuda/attn_bwd_wgmma.cu): F16/BF16, D ≤ 128 with
+# D % 8 == 0 and 16-byte aligned rows. On compute capability 9.0 the default
+# dispatch of every _tc_bwd_case above runs it (elsewhere the mma.sync
+# kernels); these cases add what only it has: several key blocks of 128 and
+# query tiles of 64 per CTA (both rings wrap), GQA groups looped inside the
+# dK/dV CTA, a row segment that ends inside the problem (its tile's rows
+# past the end are zeroed by the producer), D padded to 64/128, f16 and
+# bf16, each against float64, the generic kernel, and itself (bit-identical).
+# ====================================================================
+
+_WG_BWD_CASES = {
+    "causal-gqa4": (1, 700, 700, 8, 2, dict(causal=True)),
+    "full-sq-ne-sk": (2, 333, 517, 4, 4, dict()),
+    "window-sinktok-sinks": (1, 650, 900, 8, 2, dict(window=(100, 0), sink_tokens=4,
+                                                     use_sinks=True)),
+    "causal-sq-gt-sk": (1, 600, 260, 4, 1, dict(causal=True, use_sinks=True)),
+    "window-both-sides": (2, 520, 520, 4, 2, dict(window=(70, 90))),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("D", [32, 64, 96, 128])
+@pytest.mark.parametrize("name", list(_WG_BWD_CASES))
+def test_wgmma_backward_cases(rng, name, D, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))

@@ -49,8 +49,7 @@
  * Ragged (varlen) problems: the RAG instantiations (attn_ragged.cuh); the
  * dense ones (RAG = false) are the code of before.
  */
-#include "attn_fwd_tile.cuh"
-#include "attn_ragged.cuh"
+#include "attn_bwd_tile.cuh"
 #include "tc_common.cuh"
 
 #include <algorithm>
@@ -81,27 +80,12 @@ constexpr size_t dq_smem(int HD, bool rag = false) {
     return (size_t)(2 * BM + 4 * BN) * (HD + 8) * 2 + (rag ? 4 * BN * sizeof(int64_t) : 0);
 }
 
-/* L in the exp2 domain: L·log2e; a row that sees nothing (L = −inf) gets
- * +inf so that P = exp2(s − L·log2e) is 0 for it. */
-__device__ __forceinline__ float lse_l2(float L) { return L == -INFINITY ? INFINITY : L * FC_LOG2E_F; }
-
 /* Rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch HD + 8
  * (tc_common.cuh: load_rows), by this CTA's NT threads. */
 template <typename T, int HD, int R>
 __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t rs, int row0, int nrows,
                                           int D, bool vec, int tid) {
     load_rows<T, HD, R, NT>(s, g, rs, row0, nrows, D, vec, tid);
-}
-
-/* Stores the (row, col..col+1) pair of fp32 values in T, dropping columns ≥ D. */
-template <typename T>
-__device__ __forceinline__ void store_pair(T *row, int col, int D, float x0, float x1, bool vec) {
-    if (vec && col + 1 < D) {
-        *reinterpret_cast<uint32_t *>(row + col) = Ops<T>::pack(x0, x1);
-    } else {
-        if (col < D) row[col] = Ops<T>::from_f(x0);
-        if (col + 1 < D) row[col + 1] = Ops<T>::from_f(x1);
-    }
 }
 
 /* ------------------------------------------------------ tile products */
@@ -165,87 +149,6 @@ __device__ __forceinline__ void tile_ab(float (&acc)[HD / 8][4], const uint32_t 
         for (int dd = 0; dd < HD / 16; ++dd)
             mma_n16_t<T, SAN>(acc[2 * dd], acc[2 * dd + 1], a[kk], sB + 2 * (bt_off + kk * 16 * LD + dd * 16),
                               (san >> kk) & 1u);
-}
-
-/* ------------------------------------------- dK/dV tile steps (transposed) */
-/* The dK/dV fragment: 16 keys × BQ query rows per warp; the thread holds
- * element (j, e) at key key0 + 8·(e >> 1), query row i0 + 8j + 2·t4 + (e & 1)
- * (the mma.sync C layout with rows = keys). Bit 4j + e of a visibility mask
- * is that element. */
-
-/* Pᵀ of the n8 tiles [J0, J0 + NC) from the raw dots in acc: plain:
- * acc ← P; MOD: acc ← P·g (the score pipeline) and pv ← P. Lt: the tile's
- * L·log2e per query row (+inf past the segment). Unless full, entries whose
- * row cannot see the key (or past iend) are 0 by selection, in acc too, and
- * their bits are cleared in vis. (J0 is a constant once the caller's loop is
- * unrolled.) mask, sc: the mask and score parts of the block's sequence. */
-template <int V, int NJ, int NC>
-__device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, const fc_score_params &sc,
-                                       const fc_score_modf &mod, float (&acc)[NJ][4],
-                                       float (&pv)[NC][4], int J0, const float *Lt, int i0, int iend, int key0,
-                                       int t4, bool full, uint32_t &vis) {
-    constexpr bool MOD = V != FC_SCORE_PLAIN;
-    /* ALiBi distance i + Sk − Sq − key of element (0, 0); the rest a constant offset. */
-    const float dist0 = MOD ? (float)(int)fc_alibi_dist(&sc, i0 + 2 * t4, key0) : 0.f;
-#pragma unroll
-    for (int jc = 0; jc < NC; ++jc)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; ++c2) {
-            const int j = J0 + jc, col = j * 8 + 2 * t4 + c2;
-            const float Lc = Lt[col];
-            float p0, p1, g0 = 1.f, g1 = 1.f;
-            if (MOD) {
-                const float d = dist0 + (float)(8 * j + c2);
-                p0 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][c2], d, g0) - Lc);
-                p1 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][2 + c2], d - 8.f, g1) - Lc);
-            } else {
-                p0 = exp2_approx(fmaf(acc[j][c2], p.sl2e, -Lc));
-                p1 = exp2_approx(fmaf(acc[j][2 + c2], p.sl2e, -Lc));
-            }
-            bool v0 = true, v1 = true;
-            if (!full) {
-                int s, lo, hi;
-                fc_visible_keys_int(&mask, i0 + col, &s, &lo, &hi);
-                const bool row = i0 + col < iend;
-                v0 = row && FC_KEY_VISIBLE(s, lo, hi, key0);
-                v1 = row && FC_KEY_VISIBLE(s, lo, hi, key0 + 8);
-                p0 = v0 ? p0 : 0.f;
-                p1 = v1 ? p1 : 0.f;
-                if (!v0) vis &= ~(1u << (4 * j + c2));
-                if (!v1) vis &= ~(1u << (4 * j + 2 + c2));
-            }
-            if (MOD) {
-                pv[jc][c2] = p0;
-                pv[jc][2 + c2] = p1;
-                acc[j][c2] = v0 ? p0 * g0 : 0.f; /* g of a masked entry may be NaN */
-                acc[j][2 + c2] = v1 ? p1 * g1 : 0.f;
-            } else {
-                acc[j][c2] = p0;
-                acc[j][2 + c2] = p1;
-            }
-        }
-}
-
-/* dSᵀ in place (dp: dPᵀ → dSᵀ) from pg = P (plain) or P·g (MOD) and Δ per
- * query row (Dt). Unless full, 0 where vis has no bit: a NaN/Inf dP of a
- * masked entry cannot get through. */
-template <int NJ>
-__device__ __forceinline__ void dkdv_ds(float (&dp)[NJ][4], const float (&pg)[NJ][4], const float *Dt, int t4,
-                                        bool full, uint32_t vis) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; ++c2) {
-            const float Dc = Dt[j * 8 + 2 * t4 + c2];
-            float d0 = pg[j][c2] * (dp[j][c2] - Dc);
-            float d1 = pg[j][2 + c2] * (dp[j][2 + c2] - Dc);
-            if (!full) {
-                d0 = (vis >> (4 * j + c2)) & 1u ? d0 : 0.f;
-                d1 = (vis >> (4 * j + 2 + c2)) & 1u ? d1 : 0.f;
-            }
-            dp[j][c2] = d0;
-            dp[j][2 + c2] = d1;
-        }
 }
 
 /* dQ[i0 + 16·warp + ..] += dS K for the atomic path: A = dS from the staged
@@ -512,62 +415,6 @@ __global__ void __launch_bounds__(NT, 2)
 }
 
 /* ------------------------------------------------ 4. dQ (deterministic) */
-/* The dQ fragment: 16 query rows × BN keys per warp, element (j, e) at row
- * row0 + 8·(e >> 1), key n0 + 8j + 2·t4 + (e & 1) (attn_fwd_tile.cuh). */
-
-/* P·g in place (acc: raw dots → P, times g under MOD; the dQ kernel needs
- * only the product). Lr: L·log2e of the two rows. Unless full, entries a row
- * cannot see are 0 by selection; returns the visibility mask (bit 4j + e,
- * all ones when full). sc: the score part of the block's sequence. */
-template <int V, int NJ>
-__device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_params &sc, const fc_score_modf &mod,
-                                         float (&acc)[NJ][4],
-                                         const RowVis &rv, const float (&Lr)[2], int row0, int n0, int t4,
-                                         bool full) {
-    constexpr bool MOD = V != FC_SCORE_PLAIN;
-    uint32_t vis = ~0u;
-    float dist0[2] = {0.f, 0.f};
-    if (MOD) tile_dist0(sc, row0, n0 + 2 * t4, dist0);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int hf = e >> 1;
-            float pv;
-            if (MOD) {
-                float dg;
-                const float s = fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][e], dist0[hf] - (float)(8 * j + (e & 1)), dg);
-                pv = exp2_approx(s - Lr[hf]) * dg;
-            } else {
-                pv = exp2_approx(fmaf(acc[j][e], p.sl2e, -Lr[hf]));
-            }
-            if (!full) {
-                const Vis &r = rv.r[hf];
-                if (!FC_KEY_VISIBLE(r.se, r.lo, r.hi, n0 + j * 8 + 2 * t4 + (e & 1))) {
-                    pv = 0.f;
-                    vis &= ~(1u << (4 * j + e));
-                }
-            }
-            acc[j][e] = pv;
-        }
-    return vis;
-}
-
-/* dS in place (dp: dP → dS) from pg and Δ per row (Dr); unless full, 0
- * where vis has no bit (as dkdv_ds). */
-template <int NJ>
-__device__ __forceinline__ void dq_ds(float (&dp)[NJ][4], const float (&pg)[NJ][4], const float (&Dr)[2], bool full,
-                                      uint32_t vis) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float d = pg[j][e] * (dp[j][e] - Dr[e >> 1]);
-            if (!full) d = (vis >> (4 * j + e)) & 1u ? d : 0.f;
-            dp[j][e] = d;
-        }
-}
-
 /* RAG: ragged problems (attn_ragged.cuh): B sequences, nqb query blocks of
  * the longest; K/V through key-row tables, one per K/V buffer, each filled
  * one iteration (barrier) ahead of its load. */

@@ -6,9 +6,10 @@
  * rows per kv head (attn_decode.cu, sm_80+), the Hopper wgmma kernel (attn_fwd_wgmma.cu;
  * sm_90a code, only on compute capability 9.0), the mma.sync kernel
  * (attn_fwd_tc.cu, sm_80+), the generic SIMT kernel (every valid problem).
- * Backward: the mma.sync kernel (attn_bwd_tc.cu), then generic.
+ * Backward: the Hopper wgmma kernels (attn_bwd_wgmma.cu, sm_90a), the
+ * mma.sync kernels (attn_bwd_tc.cu, sm_80+), then generic.
  * FLASHC_CUDA_KERNEL (common/knobs.h, read at every call) forces a family:
- * "generic" = the generic kernels only; "mma" = skip the wgmma forward.
+ * "generic" = the generic kernels only; "mma" = skip the wgmma kernels.
  * Ragged problems (attn_ragged.cuh) take the same plan: every kernel but
  * wgmma runs them; the KV append and the backward's zero rows are passes of
  * attn_ragged.cu around it.
@@ -114,6 +115,7 @@ fcc_fwd_kernel fcc_plan_fwd(const fcc_attn &p, int forced) {
 
 fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced) {
     if (forced == FC_KNOB_CUDA_GENERIC) return FCC_BWD_GENERIC;
+    if (forced != FC_KNOB_CUDA_MMA && p.dev.cc == 90 && fcc_bwd_wgmma_supports(p)) return FCC_BWD_WGMMA;
     if (fcc_bwd_mma_supports(p)) return FCC_BWD_MMA;
     return FCC_BWD_GENERIC;
 }
@@ -137,6 +139,7 @@ flashc_status fcc_attn_bwd(const fc_attn *a) {
     FCC_TRY(fcc_attn_make(a, true, &p));
     if (fc_attn_is_ragged(a)) FCC_TRY(fcc_bwd_ragged_gaps_run(p)); /* zeros outside every sequence */
     switch (fcc_plan_bwd(p, fc_knob_cuda_kernel())) {
+    case FCC_BWD_WGMMA: return fcc_bwd_wgmma_run(p);
     case FCC_BWD_MMA: return fcc_bwd_mma_run(p);
     default: return fcc_bwd_generic_run(p);
     }

@@ -4,7 +4,7 @@
  * fragment both share: one warp's 16 query rows × NJ n8 column tiles, the
  * thread (g = lane / 4, t = lane % 4) holding s[j][e] at row g + 8·(e / 2),
  * column 8j + 2t + (e % 2) (the mma.sync C layout, tc_common.cuh; a wgmma
- * m64nN accumulator is the same per warp, attn_fwd_wgmma.cuh).
+ * m64nN accumulator is the same per warp, attn_wgmma.cuh).
  *
  * Per key tile a kernel composes
  *   S = Q·Kᵀ → tile_score_mod (modifier path only) → tile_mask (partial tiles)

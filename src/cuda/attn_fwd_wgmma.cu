@@ -49,8 +49,8 @@
  * serialize the wgmma pipeline (−35 %). Problems without a window or
  * causal mask (every row sees every key) run the SCRUB = false instance.
  */
-#include "attn_fwd_wgmma.cuh"
 #include "attn_fwd_tile.cuh"
+#include "attn_wgmma.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -73,17 +73,6 @@ template <int HD_> struct WgTraits {
     static constexpr int SMEM = OFF_V + STAGES * KV_BYTES + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128, "HD 64 or 128");
     static_assert(BN == 128, "S = Q·Kᵀ uses m64n128");
-};
-
-/* The ring of a stage-indexed pipeline: stage it % ST, phase parity (it / ST) & 1. */
-template <int ST> struct Ring {
-    uint32_t full, empty; /* barrier arrays: full[s] = full + 8·s */
-    __device__ __forceinline__ void wait_full(int it) const { mbar_wait(full + 8 * (it % ST), (it / ST) & 1); }
-    __device__ __forceinline__ void release(int it) const { mbar_arrive(empty + 8 * (it % ST)); }
-    /* Producer: waits until stage it % ST is free (its previous use released). */
-    __device__ __forceinline__ void wait_empty(int it) const {
-        if (it >= ST) mbar_wait(empty + 8 * (it % ST), ((it / ST) - 1) & 1);
-    }
 };
 
 /* Warpgroup scheduling (FA3's ping-pong): the two consumer warpgroups take
@@ -127,95 +116,6 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uin
             WgOps<T>::rs_n64_tb(&acc_o[db * 8][0], pa[kk], dv); /* 64 columns = 8 n8 tiles */
         }
     wg_commit();
-}
-
-/* Does some row of the CTA (first row cf, last row cl) miss some key
- * < Sk of tile `tile`? Then its V stage is scrubbed (see the top). */
-template <int BN> __device__ __forceinline__ bool scrub_tile(const Vis &cf, const Vis &cl, int tile, int Sk) {
-    const int n0 = tile * BN, n1 = min(n0 + BN, Sk);
-    return !FC_TILE_FULL(cf.se, cl.lo, cf.hi, n0, n1);
-}
-
-/* Producer warpgroup (thread t = key row t of the tile): the V stage at sv
- * (NDB 128-byte-row blocks of BN rows, 128B-swizzled: a row's 128 bytes
- * stay in place, only their 16-byte chunks are permuted) with non-finite
- * values replaced by +0; bad[w] = the keys 32w.. of warp w that held one. */
-template <typename T, class K> __device__ __forceinline__ void scrub_v(uint32_t sv, int t, uint32_t *bad) {
-    constexpr uint32_t em = Ops<T>::EXP;
-    bool any = false;
-#pragma unroll 1
-    for (int db = 0; db < K::NDB; ++db)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-            const uint32_t addr = sv + db * K::BN * 128 + t * 128 + ((c + t) & 7) * 16; /* rotated: no bank conflicts */
-            uint32_t x[4];
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                         : "r"(addr));
-            const uint32_t nf = nonfinite2(x[0], em) | nonfinite2(x[1], em) | nonfinite2(x[2], em) |
-                                nonfinite2(x[3], em);
-            if (nf) {
-                any = true;
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                             "r"(zero_nonfinite2(x[0], em)), "r"(zero_nonfinite2(x[1], em)),
-                             "r"(zero_nonfinite2(x[2], em)), "r"(zero_nonfinite2(x[3], em))
-                             : "memory");
-            }
-        }
-    const uint32_t m = __ballot_sync(0xffffffffu, any);
-    if ((t & 31) == 0) bad[t >> 5] = m;
-}
-
-/* Bits [a, b) of the 32-key word w of a tile (a, b relative to the tile;
- * any values: clamped). */
-__device__ __forceinline__ uint32_t range_bits(int a, int b, int w) {
-    const int lo = min(max(a - 32 * w, 0), 32), hi = min(max(b - 32 * w, 0), 32);
-    const uint32_t below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u, below_lo = lo >= 32 ? ~0u : (1u << lo) - 1u;
-    return below_hi & ~below_lo;
-}
-/* Does a row with ranges v see one of the keys of `bad` (bit j: key n0 + j)? */
-__device__ __forceinline__ bool sees_bad_key(const Vis &v, int n0, const uint32_t (&bad)[4]) {
-    uint32_t any = 0;
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-        any |= bad[w] & (range_bits(-n0, v.se - n0, w) | range_bits(v.lo - n0, v.hi - n0, w));
-    return any != 0;
-}
-
-/* Register fences over a fragment: the compiler keeps its registers as they
- * are across the asynchronous product that reads or writes them. */
-template <int NJ, int NE> __device__ __forceinline__ void acc_fence(float (&acc)[NJ][NE]) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < NE; ++e) reg_fence(acc[j][e]);
-}
-template <int NJ, int NE> __device__ __forceinline__ void acc_fence(uint32_t (&r)[NJ][NE]) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < NE; ++e) asm volatile("" : "+r"(r[j][e])::"memory");
-}
-
-/* The producer warpgroup's own barrier (named barrier 3, 128 threads). */
-__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
-
-/* The producer's part of a scrubbed V stage (sv, landed on `land` in
- * phase `parity`): scrub it, complete its `full` barrier, and say whether
- * row `row` (this thread's) sees a key whose value held NaN/Inf (key n0 + j
- * for bit j of vbad). Not inlined: its code in the producer's loop made
- * the whole kernel slower, even where it never ran (measured −4 to −8 %). */
-template <typename T, class K>
-__device__ __noinline__ bool scrub_stage(uint32_t sv, uint32_t land, uint32_t parity, uint32_t full, int tid,
-                                         uint32_t *vbad, Vis row, int n0) {
-    mbar_wait(land, parity);
-    producer_sync(); /* the previous scrub's vbad has been read */
-    scrub_v<T, K>(sv, tid, vbad);
-    fence_proxy_async_smem();
-    producer_sync(); /* every scrub write (and vbad) done */
-    if (tid == 0) mbar_arrive(full);
-    const uint32_t bad[4] = {vbad[0], vbad[1], vbad[2], vbad[3]};
-    return (bad[0] | bad[1] | bad[2] | bad[3]) && sees_bad_key(row, n0, bad);
 }
 
 /* One CTA per virtual block (nM query blocks × Hq × B). MOD: the modifier
@@ -453,59 +353,6 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 /* ------------------------------------------------------------ host */
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* cuTensorMapEncodeTiled through the runtime's driver entry point (the
- * module links no libcuda); NULL when the driver lacks it. Looked up once. */
-static EncodeTiledFn encode_fn(void) {
-    static const EncodeTiledFn fn = [] {
-        void *f = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                               cudaEnableDefault, &q);
-        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            return (EncodeTiledFn) nullptr;
-        }
-        return (EncodeTiledFn)f;
-    }();
-    return fn;
-}
-
-/* The tensor-map extents and byte strides of a [B, S, H, D] operand
- * (element strides st, st[3] = 1); false when TMA cannot address it
- * (strides must be positive multiples of 16 bytes below 2^40). A stride of
- * an extent-1 axis is never used and is replaced by a valid one. */
-static bool map_shape(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, cuuint64_t dims[4],
-                      cuuint64_t strides[3]) {
-    const int64_t ext[3] = {S, H, B};
-    const int64_t str[3] = {st[1], st[2], st[0]};
-    dims[0] = (cuuint64_t)D;
-    for (int i = 0; i < 3; ++i) {
-        int64_t s = str[i];
-        if (ext[i] == 1) s = D;
-        if (s <= 0 || s % 8 != 0 || s * 2 >= ((int64_t)1 << 40)) return false;
-        dims[i + 1] = (cuuint64_t)ext[i];
-        strides[i] = (cuuint64_t)(s * 2);
-    }
-    return true;
-}
-
-/* Tensor map of such an operand read in boxes of [rows, 64]; 128B swizzle;
- * zeros outside [0, S). */
-static bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataType dt, const void *ptr,
-                     int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows) {
-    cuuint64_t dims[4], strides[3];
-    if (!map_shape(B, S, H, D, st, dims, strides)) return false;
-    const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, estr[4] = {1, 1, 1, 1};
-    return enc(m, dt, 4, const_cast<void *>(ptr), dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <typename T, class K>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
                             const CUtensorMap &tv) {

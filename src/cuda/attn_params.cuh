@@ -61,7 +61,7 @@ __host__ __device__ __forceinline__ fc_score_modf fcc_score_mod_l2(const fcc_att
 
 /* ------------------------------------------------------------------ plan */
 enum fcc_fwd_kernel { FCC_FWD_WGMMA = 0, FCC_FWD_MMA = 1, FCC_FWD_GENERIC = 2, FCC_FWD_DECODE = 3 };
-enum fcc_bwd_kernel { FCC_BWD_MMA = 0, FCC_BWD_GENERIC = 1 };
+enum fcc_bwd_kernel { FCC_BWD_MMA = 0, FCC_BWD_GENERIC = 1, FCC_BWD_WGMMA = 2 };
 
 /* What each kernel accepts (the generic ones accept every valid problem). */
 bool fcc_fwd_wgmma_supports(const fcc_attn &p);
@@ -73,6 +73,7 @@ bool fcc_fwd_decode_supports(const fcc_attn &p);
  * (sm_count × CTAs per SM) and the warps per CTA. Pure. */
 int fcc_decode_splits(int64_t units, int64_t tiles, int64_t slots, int nw);
 bool fcc_bwd_mma_supports(const fcc_attn &p);
+bool fcc_bwd_wgmma_supports(const fcc_attn &p);
 
 /* forced: fc_knob_cuda_kernel() (FC_KNOB_AUTO, FC_KNOB_CUDA_GENERIC, FC_KNOB_CUDA_MMA). */
 fcc_fwd_kernel fcc_plan_fwd(const fcc_attn &p, int forced);
@@ -84,6 +85,7 @@ flashc_status fcc_fwd_mma_run(const fcc_attn &p);
 flashc_status fcc_fwd_generic_run(const fcc_attn &p);
 flashc_status fcc_fwd_decode_run(const fcc_attn &p);
 flashc_status fcc_bwd_mma_run(const fcc_attn &p);
+flashc_status fcc_bwd_wgmma_run(const fcc_attn &p);
 flashc_status fcc_bwd_generic_run(const fcc_attn &p);
 
 /* The row passes both backward kernels share (attn_generic_bwd.cu), on

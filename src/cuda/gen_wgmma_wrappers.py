@@ -1,4 +1,4 @@
-# Generates the wgmma wrappers at the end of attn_fwd_wgmma.cuh: python3 gen_wgmma_wrappers.py
+# Generates the wgmma wrappers of attn_wgmma.cuh: python3 gen_wgmma_wrappers.py
 def ss(n, ty):
     nacc = n // 2
     regs = ", ".join("%%%d" % i for i in range(nacc))
@@ -43,5 +43,6 @@ def rs(n, ty):
 out = []
 for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty))
+    out.append(ss(64, ty))
     out.append(rs(64, ty))
 print("\n\n".join(out))

@@ -1,6 +1,6 @@
 /*
- * attn_fwd_wgmma.cuh — PTX wrappers of the Hopper forward (attn_fwd_wgmma.cu):
- * mbarriers, TMA tile loads (cp.async.bulk.tensor), wgmma descriptors and the
+ * attn_wgmma.cuh — what the Hopper kernels share (attn_fwd_wgmma.cu,
+ * attn_bwd_wgmma.cu): PTX wrappers of mbarriers, TMA tile loads (cp.async.bulk.tensor), wgmma descriptors and the
  * wgmma.mma_async shapes the kernel uses. sm_90a only: include from a file
  * compiled with -gencode=arch=compute_90a,code=sm_90a, and call only under
  * __CUDA_ARCH_FEAT_SM90_ALL.
@@ -21,12 +21,16 @@
 #ifndef FLASHC_ATTN_FWD_WGMMA_CUH
 #define FLASHC_ATTN_FWD_WGMMA_CUH
 
+#include "attn_fwd_tile.cuh" /* Vis, Ops, nonfinite2 of the scrub helpers */
+
 #include <cuda.h> /* CUtensorMap (types only: the module never links libcuda) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace fcwg {
+
+using namespace fctc;
 
 /* ------------------------------------------------------------ mbarrier */
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -106,12 +110,14 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
 /* Per-dtype wgmma shapes (fp32 accumulators):
  *   ss_n128:   D[64×128] (+)= A[64×16] (smem, K-major) · B[16×128] (smem, K-major);
  *              scale_d = 0 overwrites D.
+ *   ss_n64:    the same with N = 64.
  *   rs_n64_tb: D[64×64] += A[64×16] (registers) · B[16×64] (smem, MN-major).
  * Accumulator d[4j + e] of a thread (warp w of the warpgroup, g = lane/4,
  * t = lane%4): row 16w + g + 8(e/2), column 8j + 2t + (e%2). The register
  * A fragment is the mma.sync m16n8k16 A fragment of the warp's 16 rows. */
 template <typename T> struct WgOps {
     static __device__ __forceinline__ void ss_n128(float *d, uint64_t da, uint64_t db, int scale_d);
+    static __device__ __forceinline__ void ss_n64(float *d, uint64_t da, uint64_t db, int scale_d);
     static __device__ __forceinline__ void rs_n64_tb(float *d, const uint32_t *a, uint64_t db);
 };
 
@@ -134,6 +140,21 @@ template <> __device__ __forceinline__ void WgOps<__nv_bfloat16>::ss_n128(float 
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <> __device__ __forceinline__ void WgOps<__nv_bfloat16>::ss_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -173,6 +194,21 @@ template <> __device__ __forceinline__ void WgOps<__half>::ss_n128(float *d, uin
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <> __device__ __forceinline__ void WgOps<__half>::ss_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <> __device__ __forceinline__ void WgOps<__half>::rs_n64_tb(float *d, const uint32_t *a, uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -188,6 +224,165 @@ template <> __device__ __forceinline__ void WgOps<__half>::rs_n64_tb(float *d, c
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 /* ---- end of generated code ---- */
+
+/* ------------------------------------------------ kernel building blocks
+ * (both Hopper kernels: attn_fwd_wgmma.cu, attn_bwd_wgmma.cu) */
+/* The ring of a stage-indexed pipeline: stage it % ST, phase parity (it / ST) & 1. */
+template <int ST> struct Ring {
+    uint32_t full, empty; /* barrier arrays: full[s] = full + 8·s */
+    __device__ __forceinline__ void wait_full(int it) const { mbar_wait(full + 8 * (it % ST), (it / ST) & 1); }
+    __device__ __forceinline__ void release(int it) const { mbar_arrive(empty + 8 * (it % ST)); }
+    /* Producer: waits until stage it % ST is free (its previous use released). */
+    __device__ __forceinline__ void wait_empty(int it) const {
+        if (it >= ST) mbar_wait(empty + 8 * (it % ST), ((it / ST) - 1) & 1);
+    }
+};
+
+/* Does some row of the CTA (first row cf, last row cl) miss some key
+ * < Sk of tile `tile`? Then its V stage is scrubbed (see the top). */
+template <int BN> __device__ __forceinline__ bool scrub_tile(const Vis &cf, const Vis &cl, int tile, int Sk) {
+    const int n0 = tile * BN, n1 = min(n0 + BN, Sk);
+    return !FC_TILE_FULL(cf.se, cl.lo, cf.hi, n0, n1);
+}
+
+/* Producer warpgroup (thread t = key row t of the tile, K::BN ≤ 128 rows):
+ * the K or V stage at sv (NDB 128-byte-row blocks of BN rows, 128B-swizzled:
+ * a row's 128 bytes stay in place, only their 16-byte chunks are permuted)
+ * with non-finite values replaced by +0; bad[w] = the keys 32w.. of warp w
+ * that held one (0 for the warps past BN). */
+template <typename T, class K> __device__ __forceinline__ void scrub_v(uint32_t sv, int t, uint32_t *bad) {
+    static_assert(K::BN <= 128, "one key row per producer thread");
+    constexpr uint32_t em = Ops<T>::EXP;
+    bool any = false;
+#pragma unroll 1
+    for (int db = 0; db < (t < K::BN ? K::NDB : 0); ++db)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const uint32_t addr = sv + db * K::BN * 128 + t * 128 + ((c + t) & 7) * 16; /* rotated: no bank conflicts */
+            uint32_t x[4];
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                         : "r"(addr));
+            const uint32_t nf = nonfinite2(x[0], em) | nonfinite2(x[1], em) | nonfinite2(x[2], em) |
+                                nonfinite2(x[3], em);
+            if (nf) {
+                any = true;
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                             "r"(zero_nonfinite2(x[0], em)), "r"(zero_nonfinite2(x[1], em)),
+                             "r"(zero_nonfinite2(x[2], em)), "r"(zero_nonfinite2(x[3], em))
+                             : "memory");
+            }
+        }
+    const uint32_t m = __ballot_sync(0xffffffffu, any);
+    if ((t & 31) == 0) bad[t >> 5] = m;
+}
+
+/* Bits [a, b) of the 32-key word w of a tile (a, b relative to the tile;
+ * any values: clamped). */
+__device__ __forceinline__ uint32_t range_bits(int a, int b, int w) {
+    const int lo = min(max(a - 32 * w, 0), 32), hi = min(max(b - 32 * w, 0), 32);
+    const uint32_t below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u, below_lo = lo >= 32 ? ~0u : (1u << lo) - 1u;
+    return below_hi & ~below_lo;
+}
+/* Does a row with ranges v see one of the keys of `bad` (bit j: key n0 + j)? */
+__device__ __forceinline__ bool sees_bad_key(const Vis &v, int n0, const uint32_t (&bad)[4]) {
+    uint32_t any = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+        any |= bad[w] & (range_bits(-n0, v.se - n0, w) | range_bits(v.lo - n0, v.hi - n0, w));
+    return any != 0;
+}
+
+/* Register fences over a fragment: the compiler keeps its registers as they
+ * are across the asynchronous product that reads or writes them. */
+template <int NJ, int NE> __device__ __forceinline__ void acc_fence(float (&acc)[NJ][NE]) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < NE; ++e) reg_fence(acc[j][e]);
+}
+template <int NJ, int NE> __device__ __forceinline__ void acc_fence(uint32_t (&r)[NJ][NE]) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < NE; ++e) asm volatile("" : "+r"(r[j][e])::"memory");
+}
+
+/* The producer warpgroup's own barrier (named barrier 3, 128 threads). */
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
+
+/* The producer's part of a scrubbed K or V stage (sv, landed on `land` in
+ * phase `parity`): scrub it, complete its `full` barrier, and say whether
+ * row `row` (this thread's) sees a key whose value held NaN/Inf (key n0 + j
+ * for bit j of vbad). Not inlined: its code in the producer's loop made
+ * the whole kernel slower, even where it never ran (measured −4 to −8 %). */
+template <typename T, class K>
+__device__ __noinline__ bool scrub_stage(uint32_t sv, uint32_t land, uint32_t parity, uint32_t full, int tid,
+                                         uint32_t *vbad, Vis row, int n0) {
+    mbar_wait(land, parity);
+    producer_sync(); /* the previous scrub's vbad has been read */
+    scrub_v<T, K>(sv, tid, vbad);
+    fence_proxy_async_smem();
+    producer_sync(); /* every scrub write (and vbad) done */
+    if (tid == 0) mbar_arrive(full);
+    const uint32_t bad[4] = {vbad[0], vbad[1], vbad[2], vbad[3]};
+    return (bad[0] | bad[1] | bad[2] | bad[3]) && sees_bad_key(row, n0, bad);
+}
+
+
+/* ------------------------------------------------ host: tensor maps */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (the
+ * module links no libcuda); NULL when the driver lacks it. Looked up once. */
+static inline EncodeTiledFn encode_fn(void) {
+    static const EncodeTiledFn fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                               cudaEnableDefault, &q);
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            return (EncodeTiledFn) nullptr;
+        }
+        return (EncodeTiledFn)f;
+    }();
+    return fn;
+}
+
+/* The tensor-map extents and byte strides of a [B, S, H, D] operand
+ * (element strides st, st[3] = 1); false when TMA cannot address it
+ * (strides must be positive multiples of 16 bytes below 2^40). A stride of
+ * an extent-1 axis is never used and is replaced by a valid one. */
+static inline bool map_shape(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, cuuint64_t dims[4],
+                      cuuint64_t strides[3]) {
+    const int64_t ext[3] = {S, H, B};
+    const int64_t str[3] = {st[1], st[2], st[0]};
+    dims[0] = (cuuint64_t)D;
+    for (int i = 0; i < 3; ++i) {
+        int64_t s = str[i];
+        if (ext[i] == 1) s = D;
+        if (s <= 0 || s % 8 != 0 || s * 2 >= ((int64_t)1 << 40)) return false;
+        dims[i + 1] = (cuuint64_t)ext[i];
+        strides[i] = (cuuint64_t)(s * 2);
+    }
+    return true;
+}
+
+/* Tensor map of such an operand read in boxes of [rows, 64]; 128B swizzle;
+ * zeros outside [0, S). */
+static inline bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataType dt, const void *ptr,
+                     int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows) {
+    cuuint64_t dims[4], strides[3];
+    if (!map_shape(B, S, H, D, st, dims, strides)) return false;
+    const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, estr[4] = {1, 1, 1, 1};
+    return enc(m, dt, 4, const_cast<void *>(ptr), dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 } // namespace fcwg
 
