@@ -82,11 +82,14 @@ def flashc_attn(L, q, k, v, o, lse, causal, stream):
                                ct.byref(tl), ct.byref(p)), "flashc_attn_fwd")
 
 
+BWD_DETERMINISTIC = 1  # the ABI's default; --bwd-nondeterministic measures deterministic = 0
+
+
 def flashc_attn_bwd(L, do, q, k, v, o, lse, dq, dk, dv, causal, stream):
     p = L.attn_params_default() if hasattr(L, "attn_params_default") else L.flashc_attn_params_default()
     p.backend = L.FLASHC_BACKEND_CUDA
     p.causal = 1 if causal else 0
-    p.deterministic = 0
+    p.deterministic = BWD_DETERMINISTIC
     p.stream = stream
     ct = __import__("ctypes")
     ts = [ftensor(L, x) for x in (do, q, k, v, o, lse, dq, dk, dv)]
@@ -235,12 +238,18 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--skip-wsum", action="store_true")
     ap.add_argument("--no-bwd", action="store_true", help="forward timings only")
+    ap.add_argument("--bwd-nondeterministic", action="store_true",
+                    help="flashc backward with deterministic = 0 (default: 1, the ABI default)")
     a = ap.parse_args()
+    global BWD_DETERMINISTIC
+    BWD_DETERMINISTIC = 0 if a.bwd_nondeterministic else 1
     torch.manual_seed(0)
     L, why = (None, "--no-flashc") if a.no_flashc else load_flashc()
-    print("device: %s, torch %s, flashc: %s" % (torch.cuda.get_device_name(), torch.__version__,
-                                                "loaded" if L else "n/a (%s)" % why), flush=True)
+    print("device: %s, torch %s, flashc: %s, flashc backward deterministic=%d" % (
+        torch.cuda.get_device_name(), torch.__version__, "loaded" if L else "n/a (%s)" % why,
+        BWD_DETERMINISTIC), flush=True)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "bwd_deterministic": BWD_DETERMINISTIC,
            "attention": attn_rows(L, a.quick, a.reps, not a.no_bwd)}
     if not a.skip_wsum:
         res["weighted_sum"] = wsum_rows(L, a.quick, a.reps)

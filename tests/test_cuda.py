@@ -932,6 +932,13 @@ def test_score_mods_masked_keys_robust(rng, monkeypatch, kernel, mods, dtype, D)
     assert gp[0][:, clean].tobytes() == g[0][:, clean].tobytes(), "dq changed"
     assert gp[1][:, ~bad].tobytes() == g[1][:, ~bad].tobytes(), "dk changed"
     assert gp[2][:, ~bad].tobytes() == g[2][:, ~bad].tobytes(), "dv changed"
+    # ... and the rows that see a bad key, and the bad keys some row sees,
+    # get non-finite gradients (no kernel quietly reads the bad K as 0).
+    f32 = np.float32
+    assert not np.isfinite(gp[0][:, ~clean].astype(f32)).all(axis=-1).any(), "a row seeing a bad key has finite dq"
+    seen = bad & vis.any(axis=0)
+    for name, x in (("dk", gp[1]), ("dv", gp[2])):
+        assert not np.isfinite(x[:, seen].astype(f32)).all(axis=-1).any(), "a seen bad key has finite " + name
 
 
 def test_score_mods_device_slopes_wrong_dtype(rng):
@@ -985,6 +992,7 @@ _WG_BWD_CASES = {
                                                      use_sinks=True)),
     "causal-sq-gt-sk": (1, 600, 260, 4, 1, dict(causal=True, use_sinks=True)),
     "window-both-sides": (2, 520, 520, 4, 2, dict(window=(70, 90))),
+    "full-few-rows": (1, 100, 517, 4, 2, dict()),
 }
 
 
@@ -994,3 +1002,12 @@ _WG_BWD_CASES = {
 def test_wgmma_backward_cases(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
     _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_backward_many_key_blocks(rng, causal):
+    """More key blocks of one head than SMs (17000 keys: 133 blocks of 128):
+    the deterministic dQ order falls back to increasing key blocks (each
+    block waits only on blocks launched before it); still exact, and
+    bit-identical across runs."""
+    _tc_bwd_case(rng, 1, 150, 17000, 2, 1, 64, "bfloat16", causal=causal)

@@ -10,46 +10,49 @@
  *   → dq like q; dk, dv like k; dsinks [Hq] f32
  *
  * The mathematics is attn_bwd_tc.cu's (the element steps are shared:
- * attn_bwd_tile.cuh), as are the two row passes before the kernels
- * (attn_generic_bwd.cu: Δ and L per row, the dsinks tree). Two kernels,
- * both deterministic (no atomics, a fixed order of every sum: bit-identical
- * across runs whatever `deterministic` says):
+ * attn_bwd_tile.cuh), as are the two row passes before the kernel
+ * (attn_generic_bwd.cu: Δ and L per row, the dsinks tree).
  *
- * 1. dK/dV: one CTA per (key block of 128, kv head, batch), 3 warpgroups.
- *    WG0 (producer, setmaxnreg 40): the K and V blocks once; then per tile
- *      (query head of the GQA group × 64 query rows of the row segments
- *      that see the block, fc_key_block_rows) Q and dO by TMA and L·log2e,
- *      Δ by warp 1 into a 3-stage ring.
- *    WG1, WG2 (consumers, 64 keys each): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
- *      (m64n64k16, both operands in smem), Pᵀ and dSᵀ in registers
- *      (dkdv_p, dkdv_ds), dV += Pᵀ·dO and dK += dSᵀ·Q (m64n64k16 per 64
- *      columns of D, Pᵀ/dSᵀ as the register A operand, dO/Q through a
- *      transposed descriptor). dK·scale and dV stored from registers.
- *    Rows of a tile past its segment's end read zeros (the TMA fill past
- *    Sq, or the producer zeroes them where the segment ends inside the
- *    problem), and L = +inf: P = dS = 0 there, as the mma.sync kernel's
- *    zero-filled loads give.
- * 2. dQ: one CTA per (128 query rows, head, batch), 3 warpgroups: the
- *    producer loads Q, dO once and K, V tiles of 64 keys into a 3-stage
- *    ring; each consumer (64 rows): S = Q·Kᵀ, dP = dO·Vᵀ, dS (dq_p,
- *    dq_ds), dQ += dS·K (K through a transposed descriptor).
- *    Masked NaN/Inf: dQ += dS·K multiplies a masked dS = 0 by the whole K
- *    tile, so K tiles that some row cannot wholly see are scrubbed by the
- *    producer (non-finite → +0; the forward's V scrub, attn_wgmma.cuh) and
- *    the rows that see a key that held such a value get dQ = NaN.
- *    In the dK/dV kernel a key's own K/V only reach its own dK/dV row.
+ * One kernel computes dK, dV and dQ: one CTA per (key block of 128, kv
+ * head, batch), 3 warpgroups.
+ *   WG0 (producer, setmaxnreg 40): thread 0 loads the K and V blocks once,
+ *     then per tile (query head of the GQA group × 64 query rows on the
+ *     global 64-row grid, the tiles holding a row that sees the block:
+ *     fc_key_block_rows) Q and dO by TMA; warp 1 loads L·log2e and Δ of the
+ *     tile's rows; both into a 2- or 3-stage ring. Thread 64 drains the dQ
+ *     tiles (below).
+ *   WG1, WG2 (consumers, 64 keys each): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
+ *     (m64n64k16, operands in smem), Pᵀ and dSᵀ in registers (dkdv_p,
+ *     dkdv_ds; Pᵀ while dPᵀ is in flight), then at once dV += Pᵀ·dO,
+ *     dK += dSᵀ·Q (m64n64k16 per 64 columns of D, Pᵀ/dSᵀ as the register A
+ *     operand, dO/Q read transposed) and dQ_tile = dS·K: both warpgroups
+ *     write their dSᵀ (bf16/f16) into one [128 keys][64 rows] smem tile,
+ *     and a m64n64k16 product with both operands transposed (dS and the
+ *     K block) gives 64 columns of dQ per warpgroup (HD = 64: one
+ *     warpgroup, alternating). The fp32 tile goes to a double-buffered
+ *     smem tile while [dV, dK] runs; the drain thread adds it to an fp32
+ *     [B, Hq, Sq(64), HD] buffer with one bulk reduction
+ *     (cp.reduce.async.bulk .add.f32); a last kernel converts it to dq.
+ *   Deterministic (default): the key blocks add to each dQ tile in a fixed
+ *     order, kept by a counter per (b, h, tile) in global memory: the drain
+ *     waits until the count equals its place (key_block_ordinal), adds,
+ *     and increments it.
+ *     The order is the one the blocks come in where a head's blocks fit
+ *     the device at once (ORD_DOWN, ORD_ROT), else increasing (ORD_UP:
+ *     waits only on blocks launched earlier). Measured price against the
+ *     unordered variant: 1–6 % of the kernel (benchmarks/NOTES.md).
+ *     deterministic = 0: no counters (the order the CTAs come in).
+ *   dK·scale and dV are stored from registers at the end. Rows past Sq read
+ *     zeros (TMA fill) and get L = +inf: P = dS = 0 there; rows of a tile
+ *     that see no key of the block get P = dS = 0 by selection.
+ * Masked NaN/Inf: see KSCRUB in the kernel (the K block is scrubbed once,
+ * rows that see a scrubbed key get dQ = NaN, that key NaN dK/dV).
  * The score modifiers (MOD = the variant is not plain) run the same steps
  * as the mma.sync kernel (attn_bwd_tile.cuh).
- * Within a warpgroup, the next tile's two score products are issued right
- * behind this tile's accumulating products, so the tensor cores have queued
- * work while the elementwise steps run; the two consumer warpgroups overlap
- * each other. benchmarks/NOTES.md has the figures and what is left (dQ in
- * the dK/dV kernel with ordered accumulation, D = 192/256).
  */
 #include "attn_bwd_tile.cuh"
 #include "attn_wgmma.cuh"
 
-#include <algorithm>
 #include <limits.h>
 #include <math.h>
 
@@ -105,54 +108,130 @@ template <int NJ> __device__ __forceinline__ void zero_acc(float (&acc)[NJ][4]) 
 }
 
 /* ---------------------------------------------------------------- dK/dV */
-template <int HD_> struct KvTraits {
+/* How the CTAs' dQ tiles are added to the fp32 buffer (template DQM): */
+enum { DQ_ORDERED = 1, /* in a fixed order of key blocks per tile: deterministic (the default) */
+       DQ_ATOMIC = 2 };/* in whatever order the CTAs come (deterministic = 0) */
+
+template <int HD_, int DQM_> struct KvTraits {
     static constexpr int HD = HD_;
+    static constexpr int DQM = DQM_;
     static constexpr int BN = 128; /* keys per CTA: 64 per consumer warpgroup */
-    static constexpr int BQ = 64;  /* query rows per tile */
-    static constexpr int ST = 3;   /* stages of the Q/dO/L/Δ ring */
+    static constexpr int BQ = 64;  /* query rows per tile (tiles on the 64-row grid) */
+    /* stages of the Q/dO/L/Δ ring (2 at HD = 128: the dQ buffers take the room) */
+    static constexpr int ST = HD == 128 ? 2 : 3;
     static constexpr int NDB = HD / 64;
     static constexpr int KV_BYTES = BN * HD * 2; /* the K or the V block */
     static constexpr int T_BYTES = BQ * HD * 2;  /* one Q or dO tile */
+    static constexpr int DS_BYTES = BN * BQ * 2; /* one dSᵀ tile [128 keys][64 rows] */
+    static constexpr int DQ_BYTES = BQ * HD * 4; /* one fp32 dQ tile [64 rows][HD] */
     static constexpr int OFF_V = KV_BYTES;
     static constexpr int OFF_Q = 2 * KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
-    static constexpr int OFF_LD = OFF_DO + ST * T_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
+    static constexpr int OFF_DS = OFF_DO + ST * T_BYTES; /* [2] dSᵀ tiles */
+    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2] fp32 dQ tiles */
+    static constexpr int OFF_LD = OFF_DQ + 2 * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
     static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128, "HD 64 or 128");
+    static_assert(SMEM <= 232448, "Hopper opt-in shared memory");
 };
 
-/* Zeroes rows [r0, R) of the NDB column blocks of a tile at dst (R rows of
- * 128 bytes each; swizzling permutes chunks inside a row only), by the 128
- * producer threads. */
-template <int R, int NDB> __device__ __forceinline__ void zero_rows(uint32_t dst, int r0, int t) {
-    const int n = (R - r0) * 8 * NDB; /* 16-byte chunks */
-    for (int c = t; c < n; c += 128) {
-        const int db = c / ((R - r0) * 8), rc = c % ((R - r0) * 8);
-        const uint32_t addr = dst + db * R * 128 + (r0 + rc / 8) * 128 + (rc % 8) * 16;
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+/* The fp32 dQ tiles of the fused kernel, [64 rows][HD] per tile: element
+ * (r, c) at r·HD + (c + 8·(r mod 8)) mod HD, so that the consumers' float2
+ * stores from the accumulator layout meet no bank conflict. The same layout
+ * in the global buffer (the tile is added there by one bulk reduction);
+ * the convert kernel undoes it. */
+__host__ __device__ __forceinline__ int dq_col(int r, int c, int HD) { return (c + 8 * (r & 7)) & (HD - 1); }
+
+/* Bulk asynchronous add of `bytes` fp32 from smem to global (TMA engine). */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* The order in which the key blocks add to a dQ tile (deterministic mode),
+ * chosen on the host:
+ *   ORD_UP:   increasing key blocks. A block then waits only on blocks of
+ *             lower index (same kv head and batch), launched before it:
+ *             safe whatever the grid. Used where a head's blocks outnumber
+ *             the SMs (they could not all be resident at once).
+ *   ORD_DOWN: decreasing: under causal and window masks a later key block
+ *             reaches a given query tile after fewer tiles of its own, so
+ *             that is the order they come in (measured: increasing order
+ *             cost +85 % at D = 128 S = 4k causal).
+ *   ORD_ROT:  every row sees every key: block kb walks the tiles from tile
+ *             kb on (rotated) and the blocks add in the order they come.
+ * DOWN and ROT wait on blocks of higher index too, so they need all of a
+ * head's blocks resident at once: nkb ≤ the SM count (one CTA per SM). */
+enum { ORD_UP = 0, ORD_DOWN = 1, ORD_ROT = 2 };
+
+/* How many key blocks of BN keys add to the dQ tile of query rows [i0, i1]
+ * before block kb (ORD_UP / ORD_DOWN): the blocks those rows visit
+ * (key_tiles: the visibility fc_key_block_rows gives the dK/dV CTAs, so
+ * every block counted here adds to the tile exactly once). */
+template <int BN>
+__device__ __forceinline__ int key_block_ordinal(const fc_mask &m, int i0, int i1, int kb, bool down) {
+    const KeyTiles kt = key_tiles<BN>(m, i0, i1);
+    const int n = (kt.a1 - kt.first) + (kt.b1 - kt.b0);
+    const int up = kb < kt.a1 ? kb - kt.first : (kt.a1 - kt.first) + (kb - kt.b0);
+    return down ? n - 1 - up : up;
+}
+/* ORD_ROT (every row sees every key; block kb's r-th tile is (r + kb) mod
+ * nqt, nkb ≤ nqt, so that the blocks of one head do not all wait on the
+ * same tile): the blocks add to tile m in the order they reach it, block kb
+ * after (m − kb) mod nqt tiles; its place is the number of blocks kb' < nkb
+ * among the d = (m − kb) mod nqt tiles m, m − 1, .., m − d + 1 (mod nqt). */
+__device__ __forceinline__ int key_block_ordinal_rot(int m, int kb, int nkb, int nqt) {
+    const int d = ((m - kb) % nqt + nqt) % nqt, lo = m - d + 1;
+    const int hi = min(m, nkb - 1);
+    if (lo >= 0) return max(0, hi - lo + 1);
+    return (hi + 1) + max(0, nkb - (nqt + lo)); /* [0, m] and the wrapped [nqt + lo, nqt) */
+}
+
+/* Waits until *sem reaches `target` (acquire). Bounded: a count that never
+ * comes (it cannot, see key_block_ordinal) ends the wait after ~seconds
+ * rather than hanging the device; the sum is then still complete, only its
+ * order may differ. */
+__device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
+    for (uint32_t spin = 0; spin < (1u << 22); ++spin) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+        if (v >= target) break;
+        __nanosleep(spin < 64 ? 32 : 256);
     }
 }
 
-template <typename T, class K, int V>
+template <typename T, class K, int V, bool SCRUB>
 __global__ void __launch_bounds__(384, 1)
     bwd_dkdv_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                           const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                          const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db) {
+                          const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
+                          float *dQacc, int *dQsem, const int Sqp, const int order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB;
+    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
-    /* dPᵀ in flight while Pᵀ is computed, Sᵀ beside [dV, dK]; not on the
-     * modifier path at HD = 128 (one product at a time there): its extra
-     * registers made ptxas serialise every wgmma. */
-    constexpr bool DP_EARLY = !(MOD && HD == 128);
     extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[1 + 3 * ST]; /* K/V; tile full, empty, land (zeroed stages) */
+    /* K/V; tile full, empty; dQ tile full, empty; K/V landed (SCRUB) */
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 4 + 1];
+    __shared__ uint32_t kbad[4]; /* SCRUB: the block's keys whose K held NaN/Inf (bit j: key n0 + j) */
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + K::OFF_V, sQ = base + K::OFF_Q, sdO = base + K::OFF_DO;
+    const uint32_t sdS = base + K::OFF_DS, sdQ = base + K::OFF_DQ;
     float *sLD = reinterpret_cast<float *>(smem_raw + (base - raw) + K::OFF_LD);
     const uint32_t barKV = smem_u32(&bars[0]);
     const Ring<ST> rq = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
-    const uint32_t qland = smem_u32(&bars[1 + 2 * ST]);
+    const Ring<2> rdq = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[3 + 2 * ST])}; /* consumers fill, warp 2 drains */
+    const uint32_t kvland = smem_u32(&bars[5 + 2 * ST]);
+    /* Masked NaN/Inf: dQ += dS·K multiplies a masked dS = 0 by the
+     * whole K block, 0·NaN = NaN. With SCRUB (some row misses some key,
+     * chosen on the host) the producer replaces the block's non-finite K
+     * values by +0 before any product reads it (the forward's V scrub); the
+     * rows that see such a key get dQ = NaN (their dQ tile rows are stored
+     * as NaN), and so do that key's dK and dV where some row sees it: what
+     * the unscrubbed products give. */
+    constexpr bool KSCRUB = SCRUB;
 
     const fc_attn &a = p.a;
     const fc_mask &mask = p.mask;
@@ -164,31 +243,45 @@ __global__ void __launch_bounds__(384, 1)
     const int b = vb / p.Hkv;
     const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
 
-    /* The query rows that see some key of [n0, n1): ≤ 2 row segments, cut
-     * into tiles of BQ rows; iterations: the GQA group's heads × the tiles. */
-    int seg_s[2] = {0, 0}, seg_e[2] = {0, 0};
+    /* The query tiles (BQ rows on the global grid) that hold a row seeing
+     * some key of [n0, n1): the ≤ 2 row segments of fc_key_block_rows, cut
+     * on the grid, a tile shared by both counted once; iterations: the GQA
+     * group's heads × the tiles. Rows of a tile that see no key of the
+     * block get P = dS = 0 by selection (per-element masks). */
+    int t0a = 0, t1a = 0, nt0 = 0, ntg = 0;
     {
         int64_t r0[2], r1[2];
         const int n = fc_key_block_rows(&mask, n0, n1, r0, r1);
-        if (n > 0) { seg_s[0] = (int)r0[0]; seg_e[0] = (int)r1[0]; }
-        if (n > 1) { seg_s[1] = (int)r0[1]; seg_e[1] = (int)r1[1]; }
+        if (n > 0) {
+            t0a = (int)r0[0] / BQ;
+            const int t0b = ((int)r1[0] + BQ - 1) / BQ;
+            nt0 = ntg = t0b - t0a;
+            if (n > 1) {
+                t1a = max((int)r0[1] / BQ, t0b);
+                ntg += max(((int)r1[1] + BQ - 1) / BQ, t1a) - t1a;
+            }
+        }
     }
-    const int nt0 = (seg_e[0] - seg_s[0] + BQ - 1) / BQ;
-    const int ntg = nt0 + (seg_e[1] - seg_s[1] + BQ - 1) / BQ;
     const int n_iter = p.group * ntg;
-    auto tile_of = [&](int it, int &h, int &i0, int &iend) {
+    /* ORD_ROT (host: every row sees every key, nkb ≤ the tiles): one
+     * segment [0, Sq), walked from tile kb on (key_block_ordinal_rot). */
+    const bool rot = DQM == DQ_ORDERED && order == ORD_ROT;
+    auto tile_of = [&](int it, int &h, int &i0) {
         const int gi = it / ntg, r = it % ntg;
         h = hk * p.group + gi;
-        if (r < nt0) { i0 = seg_s[0] + r * BQ; iend = seg_e[0]; }
-        else { i0 = seg_s[1] + (r - nt0) * BQ; iend = seg_e[1]; }
+        i0 = (rot ? (r + kb) % ntg : r < nt0 ? t0a + r : t1a + (r - nt0)) * BQ;
     };
 
     if (tid == 0) {
-        mbar_init(barKV, 1);
+        mbar_init(barKV, KSCRUB ? 128 : 1); /* the TMA, or every producer thread after the scrub */
+        mbar_init(kvland, 1);
         for (int s = 0; s < ST; ++s) {
-            mbar_init(rq.full + 8 * s, 2);    /* the TMA (or the zeroing) + warp 1's L/Δ */
+            mbar_init(rq.full + 8 * s, 33);   /* the TMA + warp 1's 32 lanes (L/Δ) */
             mbar_init(rq.empty + 8 * s, 256); /* every consumer thread */
-            mbar_init(qland + 8 * s, 1);
+        }
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(rdq.full + 8 * s, 256); /* every consumer thread */
+            mbar_init(rdq.empty + 8 * s, 1);  /* the draining thread */
         }
         mbar_fence_init();
     }
@@ -198,44 +291,66 @@ __global__ void __launch_bounds__(384, 1)
         /* ------------------------------------------------ producer */
         setmaxnreg_dec<40>();
         const int warp = tid >> 5, lane = tid & 31;
-        if (n_iter > 0 && tid == 0) {
-            mbar_expect_tx(barKV, 2 * K::KV_BYTES);
-            tma_tile<BN, NDB>(sK, &tk, barKV, n0, hk, b);
-            tma_tile<BN, NDB>(sV, &tv, barKV, n0, hk, b);
-        }
-        uint32_t qpar = 0; /* bit s: parity of qland[s]'s next phase */
-        for (int it = 0; it < n_iter; ++it) {
-            int h, i0, iend;
-            tile_of(it, h, i0, iend);
-            const int st = it % ST;
-            /* Rows [iend, i0 + BQ) inside the problem hold other rows' data: zeroed. */
-            const bool fix = i0 + BQ > iend && iend < p.Sq;
+        if (n_iter > 0) {
+            const uint32_t bar = KSCRUB ? kvland : barKV;
             if (tid == 0) {
+                mbar_expect_tx(bar, 2 * K::KV_BYTES);
+                tma_tile<BN, NDB>(sK, &tk, bar, n0, hk, b);
+                tma_tile<BN, NDB>(sV, &tv, bar, n0, hk, b);
+            }
+            if (KSCRUB) { /* thread t: key row t of the block */
+                mbar_wait(kvland, 0);
+                scrub_v<T, K>(sK, tid, kbad);
+                fence_proxy_async_smem();
+                mbar_arrive(barKV); /* each writer of the scrub and of kbad arrives itself */
+            }
+        }
+        if (tid == 0) {
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tile_of(it, h, i0);
+                const int st = it % ST;
                 rq.wait_empty(it);
-                const uint32_t bar = fix ? qland + 8 * st : rq.full + 8 * st;
-                mbar_expect_tx(bar, 2 * K::T_BYTES);
-                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, bar, i0, h, b);
-                tma_tile<BQ, NDB>(sdO + st * K::T_BYTES, &tdo, bar, i0, h, b);
-            } else if (warp == 1) {
+                mbar_expect_tx(rq.full + 8 * st, 2 * K::T_BYTES);
+                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, rq.full + 8 * st, i0, h, b);
+                tma_tile<BQ, NDB>(sdO + st * K::T_BYTES, &tdo, rq.full + 8 * st, i0, h, b);
+            }
+        } else if (warp == 1) {
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tile_of(it, h, i0);
+                const int st = it % ST;
                 rq.wait_empty(it);
                 const int64_t rowbase = ((int64_t)b * p.Hq + h) * p.Sq;
                 float *L = sLD + st * 2 * BQ, *Dl = L + BQ;
                 for (int r = lane; r < BQ; r += 32) {
-                    const bool ok = i0 + r < iend; /* rows past the segment: P = 0 */
+                    const bool ok = i0 + r < p.Sq; /* rows past Sq: P = 0 */
                     L[r] = ok ? lse_l2(Lb[rowbase + i0 + r]) : INFINITY;
                     Dl[r] = ok ? Db[rowbase + i0 + r] : 0.f;
                 }
-                __syncwarp();
-                if (lane == 0) mbar_arrive(rq.full + 8 * st);
+                mbar_arrive(rq.full + 8 * st); /* each lane: its own writes */
             }
-            if (fix) {
-                mbar_wait(qland + 8 * st, (qpar >> st) & 1u);
-                qpar ^= 1u << st;
-                zero_rows<BQ, NDB>(sQ + st * K::T_BYTES, iend - i0, tid);
-                zero_rows<BQ, NDB>(sdO + st * K::T_BYTES, iend - i0, tid);
-                fence_proxy_async_smem();
-                producer_sync();
-                if (tid == 0) mbar_arrive(rq.full + 8 * st);
+        } else if (tid == 64) {
+            /* warp 2 drains the dQ tiles: (ordered) bulk add into dQacc. */
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tile_of(it, h, i0);
+                rdq.wait_full(it);
+                int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
+                if (DQM == DQ_ORDERED) {
+                    sem_wait_geq(sem, rot ? key_block_ordinal_rot(i0 / BQ, kb, nkb, ntg)
+                                          : key_block_ordinal<BN>(mask, i0, min(i0 + BQ, p.Sq) - 1, kb,
+                                                                  order == ORD_DOWN));
+                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                }
+                bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
+                                    K::DQ_BYTES);
+                if (DQM == DQ_ORDERED) {
+                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                    __threadfence();
+                    atomicAdd(sem, 1);
+                }
+                rdq.release(it);
             }
         }
     } else {
@@ -254,9 +369,10 @@ __global__ void __launch_bounds__(384, 1)
         zero_acc(acc_s); /* once: defined for the "+f" operands */
         zero_acc(acc_dp);
         uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-        /* Software pipeline (the forward's shape: nothing in flight across
-         * the loop's back edge): iteration it issues [dV, dK](it − 1), then
-         * Sᵀ(it), then dPᵀ(it); Pᵀ(it) is computed while dPᵀ(it) is in flight. */
+        /* Per tile: Sᵀ and dPᵀ issued together, Pᵀ computed while dPᵀ is in
+         * flight; then dQ and [dV, dK] issued together, dQ stored to smem
+         * while [dV, dK] runs. Nothing is in flight across the loop's back
+         * edge (the forward's shape; ptxas serialises wgmmas otherwise). */
         auto issue_dkv = [&](int it) { /* [dV, dK] += [Pᵀ, dSᵀ]·[dO, Q] of tile it (pa, da) */
             const int st = it % ST;
             issue_ab<T, HD, BQ / 16, BQ>(acc_dv, pa, sdO + st * K::T_BYTES); /* dV += Pᵀ dO */
@@ -264,35 +380,24 @@ __global__ void __launch_bounds__(384, 1)
             wg_commit();
         };
         if (n_iter > 0) mbar_wait(barKV, 0);
+        uint32_t bad[4] = {0u, 0u, 0u, 0u};
+        if (KSCRUB && n_iter > 0)
+#pragma unroll
+            for (int w = 0; w < 4; ++w) bad[w] = kbad[w];
+        const bool anybad = (bad[0] | bad[1] | bad[2] | bad[3]) != 0u;
         for (int it = 0; it < n_iter; ++it) {
-            int h, i0, iend;
-            tile_of(it, h, i0, iend);
+            int h, i0;
+            tile_of(it, h, i0);
             const int st = it % ST;
             const float *Lt = sLD + st * 2 * BQ, *Dt = Lt + BQ;
             rq.wait_full(it);
-            wg_fence();
-            if (it > 0) issue_dkv(it - 1);
-            if (!DP_EARLY) wg_wait<0>(); /* serial: [dV, dK](it − 1) before Sᵀ(it) */
-            issue_abt<T, HD>(acc_s, kA, BN * 128, sQ + st * K::T_BYTES, BQ * 128); /* Sᵀ = K Qᵀ */
-            /* dPᵀ only once [dV, dK](it − 1) has landed: its accumulator, Pᵀ/dSᵀ
-             * of tile it − 1 and dK/dV together would not fit the registers at
-             * HD = 128 (ptxas serialises every wgmma then). */
-            wg_wait<1>(); /* [dV, dK](it − 1) landed */
-            acc_fence(acc_dv);
-            acc_fence(acc_dk);
-            acc_fence(pa); /* pa, da: read by [dV, dK](it − 1) until here */
-            acc_fence(da);
-            if (it > 0) rq.release(it - 1);
-            if (DP_EARLY) {
-                issue_abt<T, HD>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128); /* dPᵀ = V dOᵀ */
-                wg_wait<1>(); /* Sᵀ(it) landed */
-            } else {
-                wg_wait<0>();
-            }
+            issue_abt<T, HD>(acc_s, kA, BN * 128, sQ + st * K::T_BYTES, BQ * 128);   /* Sᵀ = K Qᵀ */
+            issue_abt<T, HD>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128); /* dPᵀ = V dOᵀ */
+            wg_wait<1>(); /* Sᵀ landed */
             acc_fence(acc_s);
             /* Does every row of the tile see every key of the warpgroup's 64? */
             const bool full =
-                tile_full<64>(vis_of(mask, i0, p.Sq), vis_of(mask, min(i0 + BQ, iend) - 1, p.Sq), kc0, p.Sk);
+                tile_full<64>(vis_of(mask, i0, p.Sq), vis_of(mask, min(i0 + BQ, p.Sq) - 1, p.Sq), kc0, p.Sk);
             uint32_t vis = ~0u;
             fc_score_modf mod = {0.f, 0.f, 0.f};
             if (MOD) {
@@ -302,30 +407,83 @@ __global__ void __launch_bounds__(384, 1)
                 for (int kk = 0; kk < BQ / 16; ++kk) {
                     float pv[2][4];
                     uint32_t pa1[1][4];
-                    dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 2 * kk, Lt, i0, iend, key0, t4, full, vis);
+                    dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 2 * kk, Lt, i0, p.Sq, key0, t4, full, vis);
                     tile_pack_p<T>(pv, pa1);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pa[kk][e] = pa1[0][e];
                 }
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis);
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, full, vis);
             }
-            if (!DP_EARLY) issue_abt<T, HD>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128);
-            wg_wait<0>(); /* dPᵀ(it) landed */
+            wg_wait<0>(); /* dPᵀ landed */
             acc_fence(acc_dp);
             dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
             if (!MOD) tile_pack_p<T>(acc_s, pa);
             tile_pack_p<T>(acc_dp, da);
-        }
-        if (n_iter > 0) {
-            wg_fence();
-            issue_dkv(n_iter - 1);
-            wg_wait<0>();
-            acc_fence(acc_dv);
-            acc_fence(acc_dk);
-            acc_fence(pa);
-            acc_fence(da);
-            rq.release(n_iter - 1);
+            {
+                /* dSᵀ of this warpgroup's 64 keys into the [128 keys][64 rows]
+                 * tile (128B-swizzled rows; the A operand of dQ = dS·K, read
+                 * transposed). */
+                const uint32_t ds = sdS + (it & 1) * K::DS_BYTES;
+                const int kr = cw * 64 + warp * 16 + g; /* key rows kr, kr + 8: same swizzle phase */
+#pragma unroll
+                for (int j = 0; j < BQ / 8; ++j) {
+                    const uint32_t off = ((j ^ (kr & 7)) << 4) + 4 * t4;
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + kr * 128 + off), "r"(da[j >> 1][(j & 1) * 2])
+                                 : "memory");
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + (kr + 8) * 128 + off),
+                                 "r"(da[j >> 1][(j & 1) * 2 + 1])
+                                 : "memory");
+                }
+                fence_proxy_async_smem();
+                asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* both halves of dSᵀ written */
+                /* dQ(tile) = dS·K over the 128 keys: HD = 128, each warpgroup
+                 * its 64 columns; HD = 64, the warpgroups take turns. */
+                const bool mine = HD == 128 || cw == (it & 1);
+                float acc_dq[8][4];
+                wg_fence();
+                if (mine) {
+                    const uint32_t kb_col = sK + (HD == 128 ? cw : 0) * BN * 128;
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; ++kk)
+                        WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(ds + kk * 16 * 128, 1024, 1024),
+                                            sw128_desc(kb_col + kk * 16 * 128, 1024, 1024), kk > 0 ? 1 : 0);
+                    wg_commit();
+                }
+                issue_dkv(it);
+                if (mine) {
+                    wg_wait<1>(); /* dQ landed; [dV, dK](it) in flight */
+                    acc_fence(acc_dq);
+                    rdq.wait_empty(it); /* the drain of tile it − 2 is done */
+                    const uint32_t dq = sdQ + (it & 1) * K::DQ_BYTES;
+                    const int cb = HD == 128 ? cw * 64 : 0;
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const int r = warp * 16 + g + 8 * hf;
+                        /* a row that sees a key whose K held NaN/Inf: dQ = NaN */
+                        const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, p.Sq), n0, bad)
+                                                 ? __int_as_float(0x7fc00000)
+                                                 : 0.f;
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            const uint32_t addr = dq + (r * HD + dq_col(r, cb + 8 * j + 2 * t4, HD)) * 4;
+                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr),
+                                         "f"(acc_dq[j][2 * hf] + poison), "f"(acc_dq[j][2 * hf + 1] + poison)
+                                         : "memory");
+                        }
+                    }
+                    fence_proxy_async_smem(); /* read by the bulk reduction (async proxy) */
+                } else {
+                    rdq.wait_empty(it);
+                }
+                mbar_arrive(rdq.full + 8 * (it & 1));
+                wg_wait<0>();
+                acc_fence(acc_dv);
+                acc_fence(acc_dk);
+                acc_fence(pa);
+                acc_fence(da);
+                rq.release(it);
+            }
         }
 
         /* Epilogue: dK·scale, dV; keys key0 and key0 + 8. */
@@ -336,198 +494,41 @@ __global__ void __launch_bounds__(384, 1)
             const int key = key0 + 8 * hf;
             if (key >= p.Sk) continue;
             T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
+            float f = p.scale, fv = 1.f;
+            const int kw = (key - n0) >> 5; /* constant indices only: bad stays in registers */
+            const uint32_t word = kw == 0 ? bad[0] : kw == 1 ? bad[1] : kw == 2 ? bad[2] : bad[3];
+            if (KSCRUB && anybad && ((word >> ((key - n0) & 31)) & 1u)) {
+                int64_t r0[2], r1[2]; /* a scrubbed key that some row sees: NaN, as unscrubbed */
+                if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
+            }
 #pragma unroll
             for (int j = 0; j < HD / 8; ++j) {
                 const int col = j * 8 + 2 * t4;
-                store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * p.scale, acc_dk[j][2 * hf + 1] * p.scale,
-                           p.out_pairs);
-                store_pair(dvr, col, p.D, acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1], p.out_pairs);
+                store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f, p.out_pairs);
+                store_pair(dvr, col, p.D, acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv, p.out_pairs);
             }
         }
     }
 #endif
 }
 
-/* ---------------------------------------------------------------- dQ */
-template <int HD_> struct QTraits {
-    static constexpr int HD = HD_;
-    static constexpr int BM = 128; /* query rows per CTA: 64 per consumer warpgroup */
-    static constexpr int BN = 64;  /* keys per tile */
-    static constexpr int ST = 3;   /* stages of the K/V ring */
-    static constexpr int NDB = HD / 64;
-    static constexpr int Q_BYTES = BM * HD * 2; /* Q or dO */
-    static constexpr int KV_BYTES = BN * HD * 2; /* one K or V tile */
-    static constexpr int OFF_DO = Q_BYTES;
-    static constexpr int OFF_K = 2 * Q_BYTES;
-    static constexpr int OFF_V = OFF_K + ST * KV_BYTES;
-    static constexpr int SMEM = OFF_V + ST * KV_BYTES + 1024;
-    static_assert(HD == 64 || HD == 128, "HD 64 or 128");
-};
-
-template <typename T, class K, int V, bool SCRUB>
-__global__ void __launch_bounds__(384, 1)
-    bwd_dq_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
-                        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                        const __grid_constant__ fcc_attn p, const int nM, const float *Lb, const float *Db) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, ST = K::ST, NDB = K::NDB;
-    extern __shared__ unsigned char smem_raw[];
-    /* Q+dO; K/V full, empty, land (scrubbed stages); logdone */
-    __shared__ __align__(8) uint64_t bars[1 + 3 * ST + 1];
-    __shared__ uint32_t vbad[4];   /* the tile being scrubbed: keys that held NaN/Inf */
-    __shared__ uint32_t rowbad[4]; /* the CTA's rows that saw such a key */
-    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sdO = base + K::OFF_DO, sK = base + K::OFF_K, sV = base + K::OFF_V;
-    const uint32_t barQ = smem_u32(&bars[0]);
-    const Ring<ST> rkv = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
-    const uint32_t kland = smem_u32(&bars[1 + 2 * ST]);
-    const uint32_t logdone = smem_u32(&bars[1 + 3 * ST]);
-
+/* dq = scale · dQacc (the fused kernel's [B, Hq, Sqp, HD] fp32 buffer, dq_col
+ * layout) in T; rows that no key block reached hold zeros. */
+template <typename T, int HD>
+__global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
+                                                            int Sqp) {
     const fc_attn &a = p.a;
-    const fc_mask &mask = p.mask;
-    const int tid = threadIdx.x, wg = tid >> 7;
-    const int vb = blockIdx.x;
-    const int mb = nM - 1 - vb % nM; /* heaviest (causal) blocks first */
-    const int bh = vb / nM;
-    const int h = bh % p.Hq;
-    const int b = bh / p.Hq;
-    const int hk = h / p.group;
-    const int m0 = mb * BM;
-    const int mlast = min(m0 + BM, p.Sq) - 1;
-    const KeyTiles kt = key_tiles<BN>(mask, m0, mlast);
-
-    if (tid == 0) {
-        mbar_init(barQ, 1);
-        for (int s = 0; s < ST; ++s) {
-            mbar_init(rkv.full + 8 * s, 1);
-            mbar_init(rkv.empty + 8 * s, 256);
-            mbar_init(kland + 8 * s, 1);
-        }
-        mbar_init(logdone, 128);
-        mbar_fence_init();
+    const int64_t n = (int64_t)a.B * p.Hq * p.Sq * (HD / 2);
+    for (int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * 256) {
+        const int c = (int)(idx % (HD / 2)) * 2;
+        const int64_t row = idx / (HD / 2);
+        if (c >= p.D) continue;
+        const int i = (int)(row % p.Sq);
+        const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
+        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + i) * HD + dq_col(i, c, HD));
+        T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
+        store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
     }
-    __syncthreads();
-
-    if (wg == 0) {
-        /* ------------------------------------------------ producer */
-        setmaxnreg_dec<40>();
-        bool saw = false; /* CTA row m0 + tid sees a key whose K held NaN/Inf */
-        if (kt.first < kt.b1) {
-            if (tid == 0) {
-                mbar_expect_tx(barQ, 2 * K::Q_BYTES);
-                tma_tile<BM, NDB>(sQ, &tq, barQ, m0, h, b);
-                tma_tile<BM, NDB>(sdO, &tdo, barQ, m0, h, b);
-            }
-            const Vis cfirst = vis_of(mask, m0, p.Sq), clast = vis_of(mask, mlast, p.Sq);
-            const Vis myrow = vis_of(mask, m0 + tid, p.Sq);
-            uint32_t kpar = 0; /* bit s: parity of kland[s]'s next phase */
-            int it = 0;
-            for (int tile = kt.first; tile < kt.b1; tile = kt.next(tile), ++it) {
-                const int st = it % ST;
-                const bool scrub = SCRUB && scrub_tile<BN>(cfirst, clast, tile, p.Sk);
-                if (tid == 0) {
-                    rkv.wait_empty(it);
-                    const uint32_t bar = scrub ? kland + 8 * st : rkv.full + 8 * st;
-                    mbar_expect_tx(bar, 2 * K::KV_BYTES);
-                    tma_tile<BN, NDB>(sK + st * K::KV_BYTES, &tk, bar, tile * BN, hk, b);
-                    tma_tile<BN, NDB>(sV + st * K::KV_BYTES, &tv, bar, tile * BN, hk, b);
-                }
-                if (scrub) {
-                    saw |= scrub_stage<T, K>(sK + st * K::KV_BYTES, kland + 8 * st, (kpar >> st) & 1u,
-                                             rkv.full + 8 * st, tid, vbad, myrow, tile * BN);
-                    kpar ^= 1u << st;
-                }
-            }
-        }
-        if (SCRUB) {
-            const uint32_t m = __ballot_sync(0xffffffffu, saw);
-            if ((tid & 31) == 0) rowbad[tid >> 5] = m;
-            mbar_arrive(logdone);
-        }
-    } else {
-        /* ------------------------------------------------ consumers */
-        setmaxnreg_inc<232>();
-        constexpr int V_ = V;
-        const int cw = wg - 1;
-        const int warp = (tid >> 5) & 3, lane = tid & 31;
-        const int g = lane >> 2, t4 = lane & 3;
-        const int r0 = m0 + cw * 64;
-        const int row0 = r0 + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
-        const Vis wfirst = vis_of(mask, r0, p.Sq), wlast = vis_of(mask, r0 + 63, p.Sq);
-        const RowVis rv = row_vis(mask, row0, p.Sq);
-        fc_score_modf mod = {0.f, 0.f, 0.f};
-        if (V_ != FC_SCORE_PLAIN) mod = fcc_score_mod_l2(p, b, h);
-        const int64_t rowbase = ((int64_t)b * p.Hq + h) * p.Sq;
-        float Lr[2], Dr[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int row = row0 + 8 * hf;
-            Lr[hf] = row < p.Sq ? lse_l2(Lb[rowbase + row]) : INFINITY;
-            Dr[hf] = row < p.Sq ? Db[rowbase + row] : 0.f;
-        }
-        const uint32_t qA = sQ + cw * 64 * 128, dA = sdO + cw * 64 * 128;
-
-        float acc_dq[HD / 8][4], acc_s[BN / 8][4], acc_dp[BN / 8][4];
-        zero_acc(acc_dq);
-        zero_acc(acc_s);
-        zero_acc(acc_dp);
-        uint32_t da[BN / 16][4];
-        /* Software pipeline (as the dK/dV kernel): iteration it issues
-         * dQ(it − 1), then S(it) and dP(it). */
-        if (kt.first < kt.b1) mbar_wait(barQ, 0);
-        int it = 0;
-        for (int tile = kt.first; tile < kt.b1; tile = kt.next(tile), ++it) {
-            const int st = it % ST, n0 = tile * BN;
-            rkv.wait_full(it);
-            wg_fence();
-            if (it > 0) issue_ab<T, HD, BN / 16, BN>(acc_dq, da, sK + ((it - 1) % ST) * K::KV_BYTES); /* dQ += dS K */
-            wg_commit();
-            issue_abt<T, HD>(acc_s, qA, BM * 128, sK + st * K::KV_BYTES, BN * 128);  /* S = Q Kᵀ */
-            issue_abt<T, HD>(acc_dp, dA, BM * 128, sV + st * K::KV_BYTES, BN * 128); /* dP = dO Vᵀ */
-            wg_wait<1>(); /* dQ(it − 1) and S(it) landed */
-            acc_fence(acc_s);
-            acc_fence(acc_dq);
-            acc_fence(da); /* read by dQ(it − 1) until here */
-            if (it > 0) rkv.release(it - 1);
-            const bool full = tile_full<BN>(wfirst, wlast, n0, p.Sk);
-            const uint32_t vis = dq_p<V>(p, p.score, mod, acc_s, rv, Lr, row0, n0, t4, full);
-            wg_wait<0>(); /* dP(it) landed */
-            acc_fence(acc_dp);
-            dq_ds(acc_dp, acc_s, Dr, full, vis);
-            tile_pack_p<T>(acc_dp, da); /* dS rounded to T */
-        }
-        if (it > 0) {
-            wg_fence();
-            issue_ab<T, HD, BN / 16, BN>(acc_dq, da, sK + ((it - 1) % ST) * K::KV_BYTES);
-            wg_commit();
-            wg_wait<0>();
-            acc_fence(acc_dq);
-            acc_fence(da);
-            rkv.release(it - 1);
-        }
-
-        float f[2] = {p.scale, p.scale};
-        if (SCRUB) {
-            mbar_wait(logdone, 0);
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = row0 + 8 * hf - m0;
-                if ((rowbad[r >> 5] >> (r & 31)) & 1u) f[hf] = __int_as_float(0x7fc00000); /* saw NaN/Inf */
-            }
-        }
-        T *dqp = static_cast<T *>(a.dq) + (int64_t)b * a.sdq[0] + (int64_t)h * a.sdq[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int row = row0 + 8 * hf;
-            if (row >= p.Sq) continue;
-            T *r = dqp + (int64_t)row * a.sdq[1];
-#pragma unroll
-            for (int j = 0; j < HD / 8; ++j)
-                store_pair(r, j * 8 + 2 * t4, p.D, acc_dq[j][2 * hf] * f[hf], acc_dq[j][2 * hf + 1] * f[hf],
-                           p.out_pairs);
-        }
-    }
-#endif
 }
 
 /* ------------------------------------------------------------ host */
@@ -537,38 +538,51 @@ struct Maps {
     CUtensorMap q, dout, k, v;
 };
 
+/* Scratch of the fused kernel: dQacc [B, Hq, Sqp, HD] fp32 and the
+ * ordering semaphores [B, Hq, Sqp / 64] int32, zeroed on the stream. */
+struct DqScratch {
+    float *acc;
+    int *sem;
+    int Sqp;
+};
+
 template <typename T, int HD, int V>
-static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db) {
+static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
+                            const DqScratch &dq) {
     cudaStream_t st = fcc_stream(p.a.stream);
-    using KK = KvTraits<HD>;
-    using KQ = QTraits<HD>;
-    {
-        const int nkb = (p.Sk + KK::BN - 1) / KK::BN;
-        auto kern = bwd_dkdv_wgmma_kernel<T, KK, V>;
+    const int nkb = (p.Sk + 128 - 1) / 128;
+    const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
+    /* SCRUB: only where some row misses some key (as the forward). */
+    int64_t se0, lo0, hi0, sel, lol, hil;
+    fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
+    fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
+    const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
+    /* The order of the dQ additions (ORD_*): a head's blocks all resident
+     * (one CTA per SM) for DOWN/ROT; ROT where every row sees every key
+     * (one segment [0, Sq) for every block) and no more blocks than tiles. */
+    const int order = nkb > p.dev.sm_count ? ORD_UP : !scrub && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_DOWN;
+    auto run_kv = [&](auto traits) -> flashc_status {
+        using KK = decltype(traits);
+        auto kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         FCC_TRY(fcc_set_smem((const void *)kern, KK::SMEM, "attn_bwd_wgmma (dK/dV)"));
-        kern<<<(unsigned)((int64_t)nkb * p.Hkv * p.a.B), 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nkb, Lb, Db);
+        kern<<<gk, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp, order);
         FCC_CHECK_LAUNCH("bwd_dkdv_wgmma_kernel");
-    }
-    {
-        /* SCRUB: only where some row misses some key (as the forward). */
-        int64_t se0, lo0, hi0, sel, lol, hil;
-        fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
-        fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
-        const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
-        const int nM = (p.Sq + KQ::BM - 1) / KQ::BM;
-        auto kern = scrub ? bwd_dq_wgmma_kernel<T, KQ, V, true> : bwd_dq_wgmma_kernel<T, KQ, V, false>;
-        FCC_TRY(fcc_set_smem((const void *)kern, KQ::SMEM, "attn_bwd_wgmma (dQ)"));
-        kern<<<(unsigned)((int64_t)nM * p.Hq * p.a.B), 384, KQ::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nM, Lb, Db);
-        FCC_CHECK_LAUNCH("bwd_dq_wgmma_kernel");
-    }
+        return FLASHC_OK;
+    };
+    FCC_TRY(dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>()));
+    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq * (HD / 2) + 255) / 256;
+    const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
+    bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
 }
 
 template <typename T>
-static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db) {
+static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
+                              const DqScratch &dq) {
     return fcc_score_dispatch<FCC_SCORE_FEW>(fc_score_mode(&p.score), [&](auto v) {
         constexpr int V = decltype(v)::value;
-        return padded(p.D) == 64 ? launch<T, 64, V>(p, m, Lb, Db) : launch<T, 128, V>(p, m, Lb, Db);
+        return padded(p.D) == 64 ? launch<T, 64, V>(p, m, Lb, Db, dqm, dq) : launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
     });
 }
 
@@ -595,8 +609,7 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
     if ((a.Sq + 127) / 128 * a.Hq * a.B > gmax || (a.Sk + 127) / 128 * a.Hkv * a.B > gmax ||
         (a.B * a.Hq * a.Sq + 7) / 8 > gmax)
         return false;
-    const int smem = padded((int)a.D) == 64 ? std::max(KvTraits<64>::SMEM, QTraits<64>::SMEM)
-                                             : std::max(KvTraits<128>::SMEM, QTraits<128>::SMEM);
+    const int smem = padded((int)a.D) == 64 ? KvTraits<64, DQ_ORDERED>::SMEM : KvTraits<128, DQ_ORDERED>::SMEM;
     return smem <= p.dev.smem_optin && encode_fn() != nullptr;
 }
 
@@ -613,14 +626,26 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
         !make_map(&m.v, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, 64))
         return fcc_bwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     cudaStream_t st = fcc_stream(a.stream);
+    const int dqm = a.deterministic ? DQ_ORDERED : DQ_ATOMIC;
+    const int HD = padded((int)a.D);
     const size_t nrows = (size_t)(a.B * a.Hq * a.Sq);
+    DqScratch dq = {nullptr, nullptr, (int)((a.Sq + 63) / 64 * 64)};
+    const size_t nacc = (size_t)a.B * a.Hq * dq.Sqp * HD;
+    const size_t nsem = (size_t)a.B * a.Hq * (dq.Sqp / 64);
+    /* one allocation: L, Δ [nrows] fp32, dQacc (16-byte aligned), semaphores */
+    const size_t off_acc = (2 * nrows + 3) & ~(size_t)3;
+    const size_t bytes = (off_acc + nacc) * sizeof(float) + nsem * sizeof(int);
     float *scr = nullptr;
-    FCC_CHECK(fcc_scratch_alloc((void **)&scr, 2 * nrows * sizeof(float), st));
+    FCC_CHECK(fcc_scratch_alloc((void **)&scr, bytes, st));
     float *Lb = scr, *Db = scr + nrows;
+    dq.acc = scr + off_acc;
+    dq.sem = reinterpret_cast<int *>(dq.acc + nacc);
+    FCC_CHECK(cudaMemsetAsync(dq.acc, 0, nacc * sizeof(float) + nsem * sizeof(int), st));
     flashc_status s = fcc_bwd_prep_run(p, Lb, Db);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
     if (s == FLASHC_OK)
-        s = a.dtype == FLASHC_BF16 ? dispatch<__nv_bfloat16>(p, m, Lb, Db) : dispatch<__half>(p, m, Lb, Db);
+        s = a.dtype == FLASHC_BF16 ? dispatch<__nv_bfloat16>(p, m, Lb, Db, dqm, dq)
+                                   : dispatch<__half>(p, m, Lb, Db, dqm, dq);
     /* Stream-ordered: freed after the kernels above have run. */
     const cudaError_t e = fcc_scratch_free(scr, st);
     if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");

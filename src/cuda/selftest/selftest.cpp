@@ -1169,7 +1169,9 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
     g_one_run = race;
     /* dt, B, Sq, Sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, lse_null, bhsd, flip, bcast,
      * softcap, alibi, det, vpad; then whether "auto" runs the wgmma forward (then "mma" runs the
-     * mma.sync forward on the same case). "auto" runs forward + backward. */
+     * mma.sync forward and backward on the same case). "auto" runs forward + backward; the
+     * backward is the wgmma kernel (attn_bwd_wgmma.cu) on cc 9.0 wherever the tc bwd is noted
+     * and D % 8 == 0 with TMA-able strides (the atomic-dQ case: its atomic variant). */
     struct Dense { AttnCase c; bool wgmma; };
     const Dense dense[] = {
         /* wgmma fwd (plain) / mma fwd HD64 / tc bwd: 77 rows (one partial 128-row CTA), 200 keys, causal Sq < Sk */
@@ -1203,7 +1205,7 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
             if (!c.bcast) c.B = 1; /* (a broadcast k keeps B = 2: with B = 1 wgmma would take it) */
         }
         run_attn(c, rng, "auto");
-        if (d.wgmma) run_attn(c, rng, "mma", false);
+        if (d.wgmma) run_attn(c, rng, "mma", !race);
         if (!race) run_attn(c, rng, "generic");
     }
     /* split-KV decode, dense (run_decode: "auto", forward, twice): dt, B, Sq, Sk, Hq, Hkv, D, causal,
