@@ -28,11 +28,13 @@
  *     operand, dO/Q read transposed) and dQ_tile = dS·K: both warpgroups
  *     write their dSᵀ (bf16/f16) into one [128 keys][64 rows] smem tile,
  *     and a m64n64k16 product with both operands transposed (dS and the
- *     K block) gives 64 columns of dQ per warpgroup (HD = 64: one
- *     warpgroup, alternating). The fp32 tile goes to a double-buffered
- *     smem tile while [dV, dK] runs; the drain thread adds it to an fp32
- *     [B, Hq, Sq(64), HD] buffer with one bulk reduction
- *     (cp.reduce.async.bulk .add.f32); a last kernel converts it to dq.
+ *     K block) gives 64 columns of dQ per warpgroup over all 128 keys
+ *     (HD = 64: every column over the warpgroup's own 64 keys, two partial
+ *     tiles). The fp32 tiles go to a double-buffered smem ring while
+ *     [dV, dK] runs; the drain thread adds them to an fp32
+ *     [B, Hq, Sq(64), HD] buffer with bulk reductions
+ *     (cp.reduce.async.bulk .add.f32), one after the other; a last kernel
+ *     converts the buffer to dq.
  *   Deterministic (default): the key blocks add to each dQ tile in a fixed
  *     order, kept by a counter per (b, h, tile) in global memory: the drain
  *     waits until the count equals its place (key_block_ordinal), adds,
@@ -124,12 +126,16 @@ template <int HD_, int DQM_> struct KvTraits {
     static constexpr int T_BYTES = BQ * HD * 2;  /* one Q or dO tile */
     static constexpr int DS_BYTES = BN * BQ * 2; /* one dSᵀ tile [128 keys][64 rows] */
     static constexpr int DQ_BYTES = BQ * HD * 4; /* one fp32 dQ tile [64 rows][HD] */
+    /* dQ partial tiles per tile: HD = 128, one (each warpgroup its 64
+     * columns over all 128 keys); HD = 64, two (each warpgroup all columns
+     * over its own 64 keys; added one after the other) */
+    static constexpr int NPART = HD == 64 ? 2 : 1;
     static constexpr int OFF_V = KV_BYTES;
     static constexpr int OFF_Q = 2 * KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
     static constexpr int OFF_DS = OFF_DO + ST * T_BYTES; /* [2] dSᵀ tiles */
-    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2] fp32 dQ tiles */
-    static constexpr int OFF_LD = OFF_DQ + 2 * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
+    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2][NPART] fp32 dQ tiles */
+    static constexpr int OFF_LD = OFF_DQ + 2 * NPART * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
     static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128, "HD 64 or 128");
     static_assert(SMEM <= 232448, "Hopper opt-in shared memory");
@@ -190,10 +196,11 @@ __device__ __forceinline__ int key_block_ordinal_rot(int m, int kb, int nkb, int
     return (hi + 1) + max(0, nkb - (nqt + lo)); /* [0, m] and the wrapped [nqt + lo, nqt) */
 }
 
-/* Waits until *sem reaches `target` (acquire). Bounded: a count that never
- * comes (it cannot, see key_block_ordinal) ends the wait after ~seconds
- * rather than hanging the device; the sum is then still complete, only its
- * order may differ. */
+/* Waits until *sem reaches `target` (acquire). Bounded (~1 s): should the
+ * blocks it waits on not run in that time (another kernel holding the SMs
+ * that long under ORD_DOWN/ROT; a count that never comes cannot happen, see
+ * key_block_ordinal), the wait ends instead of hanging the device: the sum
+ * is still complete, only its order (the last bits) may differ. */
 __device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
     for (uint32_t spin = 0; spin < (1u << 22); ++spin) {
         int v;
@@ -343,8 +350,10 @@ __global__ void __launch_bounds__(384, 1)
                                                                   order == ORD_DOWN));
                     asm volatile("fence.proxy.async.global;\n" ::: "memory");
                 }
-                bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
-                                    K::DQ_BYTES);
+#pragma unroll
+                for (int part = 0; part < K::NPART; ++part) /* one after the other: a fixed order */
+                    bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD,
+                                        sdQ + ((it & 1) * K::NPART + part) * K::DQ_BYTES, K::DQ_BYTES);
                 if (DQM == DQ_ORDERED) {
                     asm volatile("fence.proxy.async.global;\n" ::: "memory");
                     __threadfence();
@@ -436,26 +445,32 @@ __global__ void __launch_bounds__(384, 1)
                                  : "memory");
                 }
                 fence_proxy_async_smem();
-                asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* both halves of dSᵀ written */
-                /* dQ(tile) = dS·K over the 128 keys: HD = 128, each warpgroup
-                 * its 64 columns; HD = 64, the warpgroups take turns. */
-                const bool mine = HD == 128 || cw == (it & 1);
+                /* dQ(tile) = dS·K. HD = 128: each warpgroup its 64 columns over
+                 * all 128 keys (both halves of dSᵀ written: a 256-thread
+                 * barrier); HD = 64: each warpgroup every column over its own
+                 * 64 keys (its own half: a 128-thread barrier), two partial
+                 * tiles. Every warpgroup issues the same products (a wgmma
+                 * under a branch on the warpgroup made ptxas serialise all of
+                 * them: C7520). */
+                if (HD == 128) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+                else asm volatile("bar.sync %0, 128;\n" ::"r"(5 + cw) : "memory");
                 float acc_dq[8][4];
                 wg_fence();
-                if (mine) {
-                    const uint32_t kb_col = sK + (HD == 128 ? cw : 0) * BN * 128;
+                {
+                    const uint32_t kb_col = HD == 128 ? sK + cw * BN * 128 : sK + cw * 64 * 128;
+                    const uint32_t ds_rows = HD == 128 ? ds : ds + cw * 64 * 128;
 #pragma unroll
-                    for (int kk = 0; kk < BN / 16; ++kk)
-                        WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(ds + kk * 16 * 128, 1024, 1024),
+                    for (int kk = 0; kk < (HD == 128 ? BN : 64) / 16; ++kk)
+                        WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(ds_rows + kk * 16 * 128, 1024, 1024),
                                             sw128_desc(kb_col + kk * 16 * 128, 1024, 1024), kk > 0 ? 1 : 0);
                     wg_commit();
                 }
                 issue_dkv(it);
-                if (mine) {
+                {
                     wg_wait<1>(); /* dQ landed; [dV, dK](it) in flight */
                     acc_fence(acc_dq);
                     rdq.wait_empty(it); /* the drain of tile it − 2 is done */
-                    const uint32_t dq = sdQ + (it & 1) * K::DQ_BYTES;
+                    const uint32_t dq = sdQ + ((it & 1) * K::NPART + (HD == 128 ? 0 : cw)) * K::DQ_BYTES;
                     const int cb = HD == 128 ? cw * 64 : 0;
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf) {
@@ -473,8 +488,6 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
                     fence_proxy_async_smem(); /* read by the bulk reduction (async proxy) */
-                } else {
-                    rdq.wait_empty(it);
                 }
                 mbar_arrive(rdq.full + 8 * (it & 1));
                 wg_wait<0>();

@@ -310,20 +310,15 @@ template <typename T, class K> __device__ __forceinline__ void scrub_v(uint32_t 
     if ((t & 31) == 0) bad[t >> 5] = m;
 }
 
-/* Bits [a, b) of the 32-key word w of a tile (a, b relative to the tile;
- * any values: clamped). */
-__device__ __forceinline__ uint32_t range_bits(int a, int b, int w) {
-    const int lo = min(max(a - 32 * w, 0), 32), hi = min(max(b - 32 * w, 0), 32);
-    const uint32_t below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u, below_lo = lo >= 32 ? ~0u : (1u << lo) - 1u;
-    return below_hi & ~below_lo;
-}
-/* Does a row with ranges v see one of the keys of `bad` (bit j: key n0 + j)? */
+/* Does a row with ranges v see one of the keys of `bad` (bit j of word w:
+ * key n0 + 32w + j)? Tested key by key with the seam's FC_KEY_VISIBLE, over
+ * the set bits only (called where some key held NaN/Inf: rare). */
 __device__ __forceinline__ bool sees_bad_key(const Vis &v, int n0, const uint32_t (&bad)[4]) {
-    uint32_t any = 0;
 #pragma unroll
     for (int w = 0; w < 4; ++w)
-        any |= bad[w] & (range_bits(-n0, v.se - n0, w) | range_bits(v.lo - n0, v.hi - n0, w));
-    return any != 0;
+        for (uint32_t m = bad[w]; m != 0u; m &= m - 1u)
+            if (FC_KEY_VISIBLE(v.se, v.lo, v.hi, n0 + 32 * w + __ffs(m) - 1)) return true;
+    return false;
 }
 
 /* Register fences over a fragment: the compiler keeps its registers as they
