@@ -2,7 +2,7 @@
 """Forward+backward TFLOP/s of flashc next to its peers, in one process: the
 rows of issue 8 (training shapes, bf16, 16k tokens: B = 16384 / S).
 
-    python3 benchmarks/bench_bwd_gpu.py [--reps N] [--json PATH]
+    python3 benchmarks/bench_bwd_gpu.py [--reps N] [--json PATH] [--only TEXT]...
 
 flashc is called as a user calls it: flashc.torch.attention with autograd
 (deterministic backward, the default). Peers: torch SDPA under
@@ -34,7 +34,9 @@ ROWS = [
     ("D=64 S=4k causal", 64, 4096, 32, 32, True),
     ("GQA 32/8 D=128 S=8k causal", 128, 8192, 32, 8, True),
     ("D=96 S=4k causal", 96, 4096, 21, 21, True),
+    ("D=192 S=4k causal", 192, 4096, 10, 10, True),
     ("D=256 S=4k causal", 256, 4096, 8, 8, True),
+    ("D=256 S=4k", 256, 4096, 8, 8, False),
 ]
 
 
@@ -58,11 +60,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run the rows whose name contains this text (repeatable)")
     args = ap.parse_args()
     torch.manual_seed(0)
     print("device: %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__), flush=True)
     out = []
     for name, D, S, Hq, Hkv, causal in ROWS:
+        if args.only and not any(o in name for o in args.only):
+            continue
         B = 16384 // S
         dt = torch.bfloat16
         q = torch.randn(B, S, Hq, D, device="cuda", dtype=dt, requires_grad=True)

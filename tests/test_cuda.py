@@ -438,7 +438,7 @@ def test_stress_weighted_sum_many_rows(rng):
 
 
 # ====================================================================
-# Tensor-core backward (src/cuda/attn_bwd_tc.cu): F16/BF16, D ≤ 128.
+# Tensor-core backward (src/cuda/attn_bwd_tc.cu): F16/BF16, D ≤ 256.
 # Appended by the CUDA-backward work; the rest of this file is not touched.
 # Each case: poisoned (NaN) device outputs, relative L2 error of dq/dk/dv
 # (and dsinks) against the float64 backward of the same rounded inputs,
@@ -570,6 +570,58 @@ def test_tc_backward_larger(rng, causal):
 def test_tc_backward_atomic_long(rng, kw):
     # deterministic=False takes the atomic-dQ kernel only at HD <= 64, Sk >= 2048
     _tc_bwd_case(rng, 1, 2100, 2200, 2, 1, 64, "bfloat16", deterministic=False, **kw)
+
+
+# Wide heads (128 < D <= 256, padded to 192 / 256): the mma.sync kernels with
+# two column slices per row group (attn_bwd_tc.cu), every case of the sweep.
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("D", [192, 256])
+@pytest.mark.parametrize("name", list(_TC_BWD_CASES))
+def test_tc_backward_wide(rng, name, D, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _TC_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
+
+
+@pytest.mark.parametrize("D", [136, 160, 200, 250])
+def test_tc_backward_wide_head_dims(rng, D):
+    _tc_bwd_case(rng, 1, 129, 200, 4, 2, D, "bfloat16", causal=True)
+    _tc_bwd_case(rng, 1, 129, 200, 4, 2, D, "float16", layout="bhsd", window=(40, 3))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tc_backward_wide_larger(rng, causal):
+    _tc_bwd_case(rng, 2, 700, 760, 4, 2, 256, "bfloat16", causal=causal)
+
+
+@pytest.mark.parametrize("kernel", [None, "mma", "generic"])
+@pytest.mark.parametrize("D", [64, 128, 192, 256])
+def test_backward_one_key_dv_rounded_once(rng, kernel, D):
+    # One key, no mask: P = 1 on every row, so dV = sum_i dO_i. FlashAttention's
+    # test suite (test_flash_attn_splitkv, Sq 339, Sk 1, D 192, fp16) asks for
+    # no more error than a same-dtype implementation, which rounds the fp32 sum
+    # once: every path must be within half an fp16 ulp of the exact sum.
+    import os
+    Sq, H = 339, 2
+    q, do = (rand(rng, (1, Sq, H, D), "float16") for _ in range(2))
+    k, v = (rand(rng, (1, 1, H, D), "float16") for _ in range(2))
+    old = os.environ.get("FLASHC_CUDA_KERNEL")
+    if kernel is not None:
+        os.environ["FLASHC_CUDA_KERNEL"] = kernel
+    try:
+        dq_, dk_, dv_, ddo = (fcuda.to_device(x) for x in (q, k, v, do))
+        o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True)
+        g = flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse)
+        dv = g[2].numpy().astype(np.float64)
+    finally:
+        if old is None:
+            os.environ.pop("FLASHC_CUDA_KERNEL", None)
+        else:
+            os.environ["FLASHC_CUDA_KERNEL"] = old
+    ref = do.astype(np.float64).sum(axis=1, keepdims=True)
+    half_ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64) / 2
+    err = np.abs(dv - ref)
+    assert (err <= half_ulp * 1.01 + 1e-6).all(), "dV off by %.3g ulp (max)" % float(
+        (err / (2 * half_ulp)).max())
 
 # ====================================================================
 # Hopper wgmma forward (src/cuda/attn_fwd_wgmma.cu): F16/BF16, D ∈ {64, 128}.

@@ -44,8 +44,14 @@
  * modifiers (softcap, ALiBi). Plain problems run the instantiation without
  * them, the code and speed of before.
  *
- * Head dims: D ≤ 128, zero-padded to HD ∈ {32, 64, 96, 128}; larger D
- * declines (the dK/dV accumulators, 2·HD/2 fp32 per thread, would spill).
+ * Head dims: D ≤ 256, zero-padded to HD ∈ {32, 64, 96, 128, 192, 256}.
+ * Wide heads (HD > 128, CS = 2 column slices): the accumulators of a warp
+ * owning a whole HD row (dK/dV: 2·HD/2, dQ: HD/2 fp32 per thread) would
+ * spill, so each CTA has 8 warps, two per row group: warp (w, c) computes
+ * the c-th half of the Sᵀ/dPᵀ (dQ kernel: S/dP) columns of row group w over
+ * the whole head dim, stages its P and dS (T) in shared memory, and after a
+ * barrier of the pair accumulates the c-th half of the head dim over all of
+ * the tile's columns — no product computed twice, half the registers.
  * Ragged (varlen) problems: the RAG instantiations (attn_ragged.cuh); the
  * dense ones (RAG = false) are the code of before.
  */
@@ -66,27 +72,56 @@ constexpr int BQ = 64;          /* dK/dV kernel: query rows per tile */
 constexpr int LDS = BQ + 8;     /* pitch of the staged dSᵀ [BK][LDS] */
 constexpr int BM = 16 * NW;     /* dQ kernel: query rows per CTA */
 constexpr int BN = 64;          /* dQ kernel: keys per tile */
+static_assert(BN == BQ, "the staged dS tiles of both kernels share the pitch LDS");
+
+/* Column slices of a head row for padded head dim HD (see above). */
+constexpr int col_slices(int HD) { return HD > 128 ? 2 : 1; }
 
 /* Shared memory (bytes) of the dK/dV kernel: K, V, 2×Q, 2×dO tiles of T,
- * the staged dSᵀ (atomic dQ only), 2×(L, Δ) fp32, 2× the tile's score
- * modifiers (fc_score_modf, padded to 4 floats); and of the dQ kernel:
- * Q, dO, 2×K, 2×V. rag: the key-row tables of the ragged kernels
- * (attn_ragged.cuh): K and V of the block (dK/dV), of both buffers (dQ). */
+ * the staged dSᵀ (atomic dQ or wide heads) and Pᵀ (wide heads), 2×(L, Δ)
+ * fp32, 2× the tile's score modifiers (fc_score_modf, padded to 4 floats);
+ * and of the dQ kernel: Q, dO, 2×K, 2×V, the staged dS (wide heads).
+ * rag: the key-row tables of the ragged kernels (attn_ragged.cuh): K and V
+ * of the block (dK/dV), of both buffers (dQ). */
 constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false) {
-    return ((size_t)(2 * BK + 4 * BQ) * (HD + 8) + (atomic ? BK * LDS : 0)) * 2 + (4 * BQ + 8) * sizeof(float) +
-           (rag ? 2 * BK * sizeof(int64_t) : 0);
+    return ((size_t)(2 * BK + 4 * BQ) * (HD + 8) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
+            (col_slices(HD) > 1 ? BK * LDS : 0)) * 2 +
+           (4 * BQ + 8) * sizeof(float) + (rag ? 2 * BK * sizeof(int64_t) : 0);
 }
 constexpr size_t dq_smem(int HD, bool rag = false) {
-    return (size_t)(2 * BM + 4 * BN) * (HD + 8) * 2 + (rag ? 4 * BN * sizeof(int64_t) : 0);
+    return ((size_t)(2 * BM + 4 * BN) * (HD + 8) + (col_slices(HD) > 1 ? BM * LDS : 0)) * 2 +
+           (rag ? 4 * BN * sizeof(int64_t) : 0);
 }
 
 /* Rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch HD + 8
  * (tc_common.cuh: load_rows), by this CTA's NT threads. */
-template <typename T, int HD, int R>
+template <typename T, int HD, int R, int NTC = NT>
 __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t rs, int row0, int nrows,
                                           int D, bool vec, int tid) {
-    load_rows<T, HD, R, NT>(s, g, rs, row0, nrows, D, vec, tid);
+    load_rows<T, HD, R, NTC>(s, g, rs, row0, nrows, D, vec, tid);
 }
+
+/* Stages KW k16 A fragments of a warp into a [*][LDS] tile of T: the
+ * thread's rows r, r + 8 (r = 16·w + g), columns c0 + 16·kk (c0 includes the
+ * thread's 2·t4) and + 8; read back as A fragments by stage_ld after a barrier. */
+template <int KW>
+__device__ __forceinline__ void stage_st(void *s, const uint32_t (&a)[KW][4], int r, int c0) {
+    uint32_t *u = static_cast<uint32_t *>(s);
+#pragma unroll
+    for (int kk = 0; kk < KW; ++kk) {
+        const int c = c0 + kk * 16; /* in T units; the thread's pair: (c + 2·t4) / 2 in uint32 */
+        u[(r * LDS + c) / 2] = a[kk][0];
+        u[((r + 8) * LDS + c) / 2] = a[kk][1];
+        u[(r * LDS + c + 8) / 2] = a[kk][2];
+        u[((r + 8) * LDS + c + 8) / 2] = a[kk][3];
+    }
+}
+/* The A fragment (rows 16·w .., k16 chunk kk) of a staged [*][LDS] tile. */
+__device__ __forceinline__ void stage_ld(uint32_t (&a)[4], uint32_t s, int w, int kk, int lane) {
+    ldsm_x4(s + 2 * ((w * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8), a[0], a[1], a[2], a[3]);
+}
+/* Barrier of the two warps of row group w (wide heads): ids 1..NW. */
+__device__ __forceinline__ void pair_sync(int w) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + w) : "memory"); }
 
 /* ------------------------------------------------------ tile products */
 /* c0, c1 (two adjacent n8 tiles) += a · B, B the 16(k) × 16(n) block at
@@ -136,18 +171,21 @@ __device__ __forceinline__ void tile_abt(float (&acc)[NJ][4], uint32_t sA, int a
     }
 }
 
-/* acc += A·B over all HD columns: A = KT k16 fragments, B = the [k][n] tile
- * at sB (k rows, pitch HD + 8; bt_off the lane's ldmatrix.trans offset).
+/* acc += A·B over the HD columns [c0, c0 + 8·NC): A = KT k16 fragments,
+ * B = the [k][n] tile at sB (k rows, pitch HD + 8; bt_off the lane's
+ * ldmatrix.trans offset).
  * dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K. */
-template <typename T, int HD, int KT, bool SAN = false>
-__device__ __forceinline__ void tile_ab(float (&acc)[HD / 8][4], const uint32_t (&a)[KT][4], uint32_t sB,
-                                        int bt_off, uint32_t san = 0) {
+template <typename T, int HD, int KT, bool SAN = false, int NC>
+__device__ __forceinline__ void tile_ab(float (&acc)[NC][4], const uint32_t (&a)[KT][4], uint32_t sB,
+                                        int bt_off, uint32_t san = 0, int c0 = 0) {
     constexpr int LD = HD + 8;
+    /* NC n8 tiles from column c0 (wide heads: one slice of HD). */
+    static_assert(NC % 2 == 0 && NC * 8 <= HD, "whole n16 column pairs inside the head dim");
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk)
 #pragma unroll
-        for (int dd = 0; dd < HD / 16; ++dd)
-            mma_n16_t<T, SAN>(acc[2 * dd], acc[2 * dd + 1], a[kk], sB + 2 * (bt_off + kk * 16 * LD + dd * 16),
+        for (int dd = 0; dd < NC / 2; ++dd)
+            mma_n16_t<T, SAN>(acc[2 * dd], acc[2 * dd + 1], a[kk], sB + 2 * (bt_off + kk * 16 * LD + c0 + dd * 16),
                               (san >> kk) & 1u);
 }
 
@@ -199,29 +237,37 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
 /* RAG: ragged problems (attn_ragged.cuh): B sequences, nkb key blocks of the
  * longest; K/V through key-row tables tK, tV. */
 template <typename T, int HD, bool ATOMIC, int V, bool RAG>
-__global__ void __launch_bounds__(NT, 2)
+__global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
     bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int nkb, const float *Lb, const float *Db, float *dQacc) {
     constexpr int LD = HD + 8;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
-    constexpr int NJ = BQ / 8;  /* n8 tiles of Sᵀ (query columns) */
-    constexpr int ND = HD / 8;  /* n8 tiles of dK/dV */
-    constexpr int KQ = BQ / 16; /* k16 chunks of the query rows */
+    constexpr int CS = col_slices(HD);
+    constexpr int NTC = NT * CS;  /* threads */
+    constexpr int NJ = BQ / 8 / CS; /* n8 tiles of Sᵀ (query columns) per warp */
+    constexpr int ND = HD / 8 / CS; /* n8 tiles of dK/dV per warp */
+    constexpr int KQ = BQ / 16;     /* k16 chunks of the query rows */
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
+    static_assert(!(ATOMIC && CS > 1), "wide heads: deterministic dQ kernel only");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw); /* [BK][LD] */
     T *sV = sK + BK * LD;                    /* [BK][LD] */
     T *sQ = sV + BK * LD;                    /* [2][BQ][LD] */
     T *sdO = sQ + 2 * BQ * LD;               /* [2][BQ][LD] */
-    T *sdS = sdO + 2 * BQ * LD;              /* [BK][LDS], ATOMIC only */
-    float *sL = reinterpret_cast<float *>(sdS + (ATOMIC ? BK * LDS : 0)); /* [2][BQ] */
-    float *sDl = sL + 2 * BQ;                                              /* [2][BQ] */
+    T *sdS = sdO + 2 * BQ * LD;              /* [BK][LDS], ATOMIC or CS > 1 */
+    T *sP = sdS + (ATOMIC || CS > 1 ? BK * LDS : 0);                           /* [BK][LDS], CS > 1 */
+    float *sL = reinterpret_cast<float *>(sP + (CS > 1 ? BK * LDS : 0));      /* [2][BQ] */
+    float *sDl = sL + 2 * BQ;                                                  /* [2][BQ] */
     float *sMod = sDl + 2 * BQ; /* [2][4]: fc_score_modf of the tile's head (MOD) */
     int64_t *tK = reinterpret_cast<int64_t *>(sMod + 8); /* RAG: [BK] key-row offsets of the K block */
     int64_t *tV = tK + BK;                                /* RAG: [BK] ... of the V block */
 
     const fc_attn &a = p.a;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = (tid >> 5) % NW; /* row group: this warp's 16 keys */
+    const int cs = (tid >> 5) / NW;   /* column slice (CS > 1) */
     const int g = lane >> 2, t4 = lane & 3;
+    /* This warp's Sᵀ/dPᵀ columns (query rows of the tile) and dK/dV columns. */
+    const int qo = cs * (BQ / CS), co = cs * (HD / CS);
     int64_t vb = blockIdx.x;
     const int kb = (int)(vb % nkb);
     vb /= nkb;
@@ -262,12 +308,13 @@ __global__ void __launch_bounds__(NT, 2)
     auto issue = [&](int it, int buf) {
         int h, i0, iend;
         tile_of(it, h, i0, iend);
-        load_tile<T, HD, BQ>(sQ + buf * BQ * LD, Qg + (int64_t)h * a.sq[2], a.sq[1], i0, iend, p.D, p.vec16, tid);
-        load_tile<T, HD, BQ>(sdO + buf * BQ * LD, dOg + (int64_t)h * a.sdo[2], a.sdo[1], i0, iend, p.D,
-                             p.vec16, tid);
+        load_tile<T, HD, BQ, NTC>(sQ + buf * BQ * LD, Qg + (int64_t)h * a.sq[2], a.sq[1], i0, iend, p.D, p.vec16,
+                                  tid);
+        load_tile<T, HD, BQ, NTC>(sdO + buf * BQ * LD, dOg + (int64_t)h * a.sdo[2], a.sdo[1], i0, iend, p.D,
+                                  p.vec16, tid);
         /* RAG: the sequence re-read (L1), not kept in registers through the loop */
         const int64_t rowbase = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
-        for (int t = tid; t < BQ; t += NT) {
+        for (int t = tid; t < BQ; t += NTC) {
             const bool ok = i0 + t < iend; /* rows past the segment: P = 0 */
             sL[buf * BQ + t] = ok ? lse_l2(Lb[rowbase + i0 + t]) : INFINITY;
             sDl[buf * BQ + t] = ok ? Db[rowbase + i0 + t] : 0.f;
@@ -284,15 +331,17 @@ __global__ void __launch_bounds__(NT, 2)
 
     if constexpr (RAG) {
         const bool contig = fcc_tile_contig(a, BK);
-        fcc_kv_rows<BK, NT>(tK, tV, a, s, b, hk, n0, contig, tid);
+        fcc_kv_rows<BK, NTC>(tK, tV, a, s, b, hk, n0, contig, tid);
         __syncthreads();
-        load_key_rows<T, HD, BK, NT>(sK, static_cast<const T *>(a.k), tK, a.sk[1], contig, n0, Sk, p.D, p.vec16, tid);
-        load_key_rows<T, HD, BK, NT>(sV, static_cast<const T *>(a.v), tV, a.sv[1], contig, n0, Sk, p.D, p.vec16, tid);
+        load_key_rows<T, HD, BK, NTC>(sK, static_cast<const T *>(a.k), tK, a.sk[1], contig, n0, Sk, p.D, p.vec16,
+                                      tid);
+        load_key_rows<T, HD, BK, NTC>(sV, static_cast<const T *>(a.v), tV, a.sv[1], contig, n0, Sk, p.D, p.vec16,
+                                      tid);
     } else {
-        load_tile<T, HD, BK>(sK, static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2], a.sk[1], n0,
-                             p.Sk, p.D, p.vec16, tid);
-        load_tile<T, HD, BK>(sV, static_cast<const T *>(a.v) + b * a.sv[0] + (int64_t)hk * a.sv[2], a.sv[1], n0,
-                             p.Sk, p.D, p.vec16, tid);
+        load_tile<T, HD, BK, NTC>(sK, static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)hk * a.sk[2], a.sk[1],
+                                  n0, p.Sk, p.D, p.vec16, tid);
+        load_tile<T, HD, BK, NTC>(sV, static_cast<const T *>(a.v) + b * a.sv[0] + (int64_t)hk * a.sv[2], a.sv[1],
+                                  n0, p.Sk, p.D, p.vec16, tid);
     }
     if (n_iter > 0) issue(0, 0);
     cp_async_commit();
@@ -324,8 +373,8 @@ __global__ void __launch_bounds__(NT, 2)
         const float *Lt = sL + buf * BQ, *Dt = sDl + buf * BQ;
 
         float acc_s[NJ][4], acc_dp[NJ][4];
-        uint32_t pa[KQ][4], da[KQ][4];
-        tile_abt<T, HD, NJ>(acc_s, sKa, a_off, sQa, bn_off); /* Sᵀ = K Qᵀ */
+        uint32_t pa[NJ / 2][4], da[NJ / 2][4];
+        tile_abt<T, HD, NJ>(acc_s, sKa, a_off, sQa + 2 * qo * LD, bn_off); /* Sᵀ = K Qᵀ */
         /* Does every row of the tile see every key of the block? Then no per-element mask. */
         const bool full =
             tile_full<BK>(vis_of(mask, i0, Sq), vis_of(mask, min(i0 + BQ, iend) - 1, Sq), n0, Sk);
@@ -335,6 +384,8 @@ __global__ void __launch_bounds__(NT, 2)
             mod.qk_mul = sMod[buf * 4 + 0];
             mod.cap = sMod[buf * 4 + 1];
             mod.slope = sMod[buf * 4 + 2];
+        }
+        if (MOD && CS == 1) {
             /* Per k16 chunk of query rows: P, P·g, then at once dV += Pᵀ dO for
              * the chunk, so that only P·g stays live through dPᵀ (P and g of
              * the whole tile at once would not fit beside dK/dV). */
@@ -346,39 +397,52 @@ __global__ void __launch_bounds__(NT, 2)
                 tile_pack_p<T>(pv, pa1);
                 tile_ab<T, HD, 1>(acc_dv, pa1, sdOa + 2 * kk * 16 * LD, bt_off);
             }
+        } else if (MOD) { /* wide: P staged for the pair's dV below */
+            float pv[NJ][4];
+            dkdv_p<V>(p, mask, sp.score(p), mod, acc_s, pv, 0, Lt + qo, i0 + qo, iend, key0, t4, full, vis);
+            tile_pack_p<T>(pv, pa);
         } else {
-            dkdv_p<V>(p, mask, sp.score(p), mod, acc_s, acc_s, 0, Lt, i0, iend, key0, t4, full, vis); /* pv: unused */
+            dkdv_p<V>(p, mask, sp.score(p), mod, acc_s, acc_s, 0, Lt + qo, i0 + qo, iend, key0, t4, full,
+                      vis); /* pv: unused */
         }
-        tile_abt<T, HD, NJ>(acc_dp, sVa, a_off, sdOa, bn_off); /* dPᵀ = V dOᵀ */
-        dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
+        tile_abt<T, HD, NJ>(acc_dp, sVa, a_off, sdOa + 2 * qo * LD, bn_off); /* dPᵀ = V dOᵀ */
+        dkdv_ds(acc_dp, acc_s, Dt + qo, t4, full, vis);
         if (!MOD) tile_pack_p<T>(acc_s, pa);
         tile_pack_p<T>(acc_dp, da);
-        if (ATOMIC) {
-            /* Stage dSᵀ (this warp's 16 key rows) for dQ = dS K. The previous
-             * tile's readers finished before this iteration's first barrier. */
+        if constexpr (CS > 1) {
+            /* Wide heads: the pair's Pᵀ and dSᵀ halves through smem, then
+             * dV += Pᵀ dO and dK += dSᵀ Q over all BQ query rows, on this
+             * warp's slice of the head dim. The previous tile's readers
+             * finished before this iteration's first barrier. */
             const int r = warp * 16 + g;
+            stage_st(sP, pa, r, qo + 2 * t4);
+            stage_st(sdS, da, r, qo + 2 * t4);
+            pair_sync(warp);
 #pragma unroll
             for (int kk = 0; kk < KQ; ++kk) {
-                const int c = kk * 16 + 2 * t4;
-                *reinterpret_cast<uint32_t *>(sdS + r * LDS + c) = da[kk][0];
-                *reinterpret_cast<uint32_t *>(sdS + (r + 8) * LDS + c) = da[kk][1];
-                *reinterpret_cast<uint32_t *>(sdS + r * LDS + c + 8) = da[kk][2];
-                *reinterpret_cast<uint32_t *>(sdS + (r + 8) * LDS + c + 8) = da[kk][3];
+                uint32_t pk[1][4], dk[1][4];
+                stage_ld(pk[0], smem_u32(sP), warp, kk, lane);
+                stage_ld(dk[0], smem_u32(sdS), warp, kk, lane);
+                tile_ab<T, HD, 1>(acc_dv, pk, sdOa + 2 * kk * 16 * LD, bt_off, 0u, co);
+                tile_ab<T, HD, 1>(acc_dk, dk, sQa + 2 * kk * 16 * LD, bt_off, 0u, co);
             }
-        }
-        if (MOD) {
-            tile_ab<T, HD, KQ>(acc_dk, da, sQa, bt_off); /* dK += dSᵀ Q */
         } else {
-            /* dV += Pᵀ dO and dK += dSᵀ Q, interleaved (k = the tile's query rows) */
+            if (ATOMIC) /* stage dSᵀ (this warp's 16 key rows) for dQ = dS K */
+                stage_st(sdS, da, warp * 16 + g, 2 * t4);
+            if (MOD) {
+                tile_ab<T, HD, KQ>(acc_dk, da, sQa, bt_off); /* dK += dSᵀ Q */
+            } else {
+                /* dV += Pᵀ dO and dK += dSᵀ Q, interleaved (k = the tile's query rows) */
 #pragma unroll
-            for (int kk = 0; kk < KQ; ++kk)
+                for (int kk = 0; kk < KQ; ++kk)
 #pragma unroll
-                for (int dd = 0; dd < HD / 16; ++dd) {
-                    mma_n16_t<T>(acc_dv[2 * dd], acc_dv[2 * dd + 1], pa[kk],
-                                 sdOa + 2 * (bt_off + kk * 16 * LD + dd * 16));
-                    mma_n16_t<T>(acc_dk[2 * dd], acc_dk[2 * dd + 1], da[kk],
-                                 sQa + 2 * (bt_off + kk * 16 * LD + dd * 16));
-                }
+                    for (int dd = 0; dd < HD / 16; ++dd) {
+                        mma_n16_t<T>(acc_dv[2 * dd], acc_dv[2 * dd + 1], pa[kk],
+                                     sdOa + 2 * (bt_off + kk * 16 * LD + dd * 16));
+                        mma_n16_t<T>(acc_dk[2 * dd], acc_dk[2 * dd + 1], da[kk],
+                                     sQa + 2 * (bt_off + kk * 16 * LD + dd * 16));
+                    }
+            }
         }
         if (ATOMIC) {
             __syncthreads(); /* all of dSᵀ staged */
@@ -406,7 +470,7 @@ __global__ void __launch_bounds__(NT, 2)
                      : dvp + (int64_t)key * a.sdv[1];
 #pragma unroll
         for (int j = 0; j < ND; ++j) {
-            const int col = j * 8 + 2 * t4;
+            const int col = co + j * 8 + 2 * t4;
             store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * p.scale, acc_dk[j][2 * hf + 1] * p.scale,
                        p.out_pairs);
             store_pair(dvr, col, p.D, acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1], p.out_pairs);
@@ -419,10 +483,12 @@ __global__ void __launch_bounds__(NT, 2)
  * the longest; K/V through key-row tables, one per K/V buffer, each filled
  * one iteration (barrier) ahead of its load. */
 template <typename T, int HD, int V, bool RAG>
-__global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb,
-                                                       const float *Db) {
+__global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
+    bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb, const float *Db) {
     constexpr int LD = HD + 8;
-    constexpr int NJ = BN / 8, ND = HD / 8;
+    constexpr int CS = col_slices(HD);
+    constexpr int NTC = NT * CS;
+    constexpr int NJ = BN / 8 / CS, ND = HD / 8 / CS; /* per warp: n8 tiles of S/dP, of dQ */
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -430,12 +496,17 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     T *sdO = sQ + BM * LD;                   /* [BM][LD] */
     T *sK = sdO + BM * LD;                   /* [2][BN][LD] */
     T *sV = sK + 2 * BN * LD;                /* [2][BN][LD] */
-    int64_t *tK = reinterpret_cast<int64_t *>(sV + 2 * BN * LD); /* RAG: [2][BN] key-row offsets per K buffer */
+    T *sdS = sV + 2 * BN * LD;               /* [BM][LDS], CS > 1 */
+    int64_t *tK = reinterpret_cast<int64_t *>(sdS + (CS > 1 ? BM * LDS : 0)); /* RAG: [2][BN] key-row offsets per K buffer */
     int64_t *tV = tK + 2 * BN;                                   /* RAG: [2][BN] ... per V buffer */
 
     const fc_attn &a = p.a;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = (tid >> 5) % NW; /* row group: this warp's 16 query rows */
+    const int cs = (tid >> 5) / NW;   /* column slice (CS > 1) */
     const int g = lane >> 2, t4 = lane & 3;
+    /* This warp's S/dP columns (keys of the tile) and dQ columns. */
+    const int ko = cs * (BN / CS), co = cs * (HD / CS);
     int64_t vb = blockIdx.x;
     const int mb = nqb - 1 - (int)(vb % nqb); /* heaviest (causal) blocks first */
     vb /= nqb;
@@ -457,18 +528,18 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
     auto load_kv = [&](int tile, int buf) {
         if constexpr (RAG) {
             const bool contig = fcc_tile_contig(a, BN);
-            load_key_rows<T, HD, BN, NT>(sK + buf * BN * LD, static_cast<const T *>(a.k), tK + buf * BN, a.sk[1],
+            load_key_rows<T, HD, BN, NTC>(sK + buf * BN * LD, static_cast<const T *>(a.k), tK + buf * BN, a.sk[1],
                                          contig, tile * BN, Sk, p.D, p.vec16, tid);
-            load_key_rows<T, HD, BN, NT>(sV + buf * BN * LD, static_cast<const T *>(a.v), tV + buf * BN, a.sv[1],
+            load_key_rows<T, HD, BN, NTC>(sV + buf * BN * LD, static_cast<const T *>(a.v), tV + buf * BN, a.sv[1],
                                          contig, tile * BN, Sk, p.D, p.vec16, tid);
         } else {
-            load_tile<T, HD, BN>(sK + buf * BN * LD, Kb, a.sk[1], tile * BN, p.Sk, p.D, p.vec16, tid);
-            load_tile<T, HD, BN>(sV + buf * BN * LD, Vb, a.sv[1], tile * BN, p.Sk, p.D, p.vec16, tid);
+            load_tile<T, HD, BN, NTC>(sK + buf * BN * LD, Kb, a.sk[1], tile * BN, p.Sk, p.D, p.vec16, tid);
+            load_tile<T, HD, BN, NTC>(sV + buf * BN * LD, Vb, a.sv[1], tile * BN, p.Sk, p.D, p.vec16, tid);
         }
     };
     auto kv_rows = [&](int tile, int buf) {
         if constexpr (RAG)
-            fcc_kv_rows<BN, NT>(tK + buf * BN, tV + buf * BN, a, fcc_seq_of<RAG>(a, b), b, hk, (int64_t)tile * BN,
+            fcc_kv_rows<BN, NTC>(tK + buf * BN, tV + buf * BN, a, fcc_seq_of<RAG>(a, b), b, hk, (int64_t)tile * BN,
                                 fcc_tile_contig(a, BN), tid);
     };
 
@@ -488,9 +559,9 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         Dr[hf] = row < Sq ? Db[rowbase + row] : 0.f;
     }
 
-    load_tile<T, HD, BM>(sQ, static_cast<const T *>(a.q) + fc_attn_row_offset(&s, a.sq, 0, h), a.sq[1], m0, Sq,
+    load_tile<T, HD, BM, NTC>(sQ, static_cast<const T *>(a.q) + fc_attn_row_offset(&s, a.sq, 0, h), a.sq[1], m0, Sq,
                          p.D, p.vec16, tid);
-    load_tile<T, HD, BM>(sdO, static_cast<const T *>(a.dout) + fc_attn_row_offset(&s, a.sdo, 0, h), a.sdo[1], m0,
+    load_tile<T, HD, BM, NTC>(sdO, static_cast<const T *>(a.dout) + fc_attn_row_offset(&s, a.sdo, 0, h), a.sdo[1], m0,
                          Sq, p.D, p.vec16, tid);
     if constexpr (RAG) { /* the tables of the first two tiles */
         if (kt.first < kt.b1) {
@@ -529,18 +600,34 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         const bool full = tile_full<BN>(vfirst, vlast, n0, Sk);
 
         float acc_s[NJ][4], acc_dp[NJ][4];
-        uint32_t da[BN / 16][4];
-        tile_abt<T, HD, NJ>(acc_s, sQa, a_off, sKa, bn_off); /* S = Q Kᵀ */
-        const uint32_t vis = dq_p<V>(p, sp.score(p), mod, acc_s, rv, Lr, row0, n0, t4, full);
-        tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa, bn_off); /* dP = dO Vᵀ */
+        uint32_t da[NJ / 2][4];
+        tile_abt<T, HD, NJ>(acc_s, sQa, a_off, sKa + 2 * ko * LD, bn_off); /* S = Q Kᵀ */
+        const uint32_t vis = dq_p<V>(p, sp.score(p), mod, acc_s, rv, Lr, row0, n0 + ko, t4, full);
+        tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa + 2 * ko * LD, bn_off); /* dP = dO Vᵀ */
         dq_ds(acc_dp, acc_s, Dr, full, vis);
         tile_pack_p<T>(acc_dp, da);                    /* dS rounded to T */
         /* dQ += dS K; on a partial tile the K chunks some row of this warp
          * cannot see are read with non-finite values as 0 (dS is 0 there). */
         const uint32_t san = full ? 0u
             : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq), vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
-        if (san) tile_ab<T, HD, BN / 16, true>(acc_dq, da, sKa, bt_off, san);
-        else tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off);
+        if constexpr (CS > 1) {
+            /* Wide heads: the pair's dS halves through smem, then dQ over
+             * all BN keys on this warp's slice of the head dim. The
+             * previous tile's readers finished before this iteration's
+             * first barrier. */
+            stage_st(sdS, da, warp * 16 + g, ko + 2 * t4);
+            pair_sync(warp);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                uint32_t dk[1][4];
+                stage_ld(dk[0], smem_u32(sdS), warp, kk, lane);
+                if (san) tile_ab<T, HD, 1, true>(acc_dq, dk, sKa + 2 * kk * 16 * LD, bt_off, san >> kk, co);
+                else tile_ab<T, HD, 1>(acc_dq, dk, sKa + 2 * kk * 16 * LD, bt_off, 0u, co);
+            }
+        } else {
+            if (san) tile_ab<T, HD, BN / 16, true>(acc_dq, da, sKa, bt_off, san);
+            else tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off);
+        }
     }
     cp_async_wait<0>();
 
@@ -553,7 +640,7 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(const __grid_constant__ f
         T *r = dqp + (int64_t)row * a.sdq[1];
 #pragma unroll
         for (int j = 0; j < ND; ++j)
-            store_pair(r, j * 8 + 2 * t4, p.D, acc_dq[j][2 * hf] * p.scale, acc_dq[j][2 * hf + 1] * p.scale,
+            store_pair(r, co + j * 8 + 2 * t4, p.D, acc_dq[j][2 * hf] * p.scale, acc_dq[j][2 * hf + 1] * p.scale,
                        p.out_pairs);
     }
 }
@@ -578,7 +665,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const __grid_consta
 }
 
 /* ---------------------------------------------------------------- host */
-static int padded_hd(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
+static int padded_hd(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : D <= 128 ? 128 : D <= 192 ? 192 : 256; }
 
 /* deterministic == 0 may use the atomic-dQ path; it is used only where it
  * measured faster (H100, bf16: HD ≤ 64 at S = 4k, +1–5 %); at HD = 128 and
@@ -614,12 +701,12 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
     auto kern = bwd_dkdv_kernel<T, HD, false, V, RAG>;
     constexpr size_t smem_kv = dkdv_smem(HD, false, RAG), smem_q = dq_smem(HD, RAG);
     FCC_TRY(fcc_set_smem((const void *)kern, smem_kv, "attn_bwd_tc (dK/dV)"));
-    kern<<<gk, NT, smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
+    kern<<<gk, NT * col_slices(HD), smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
     FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
     auto kq = bwd_dq_kernel<T, HD, V, RAG>;
     FCC_TRY(fcc_set_smem((const void *)kq, smem_q, "attn_bwd_tc (dQ)"));
     const int nqb = (p.Sq + BM - 1) / BM;
-    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT, smem_q, st>>>(p, nqb, Lb, Db);
+    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT * col_slices(HD), smem_q, st>>>(p, nqb, Lb, Db);
     FCC_CHECK_LAUNCH("bwd_dq_kernel");
     return FLASHC_OK;
 }
@@ -639,6 +726,8 @@ static flashc_status dispatch_bwd(const fcc_attn &p, const float *Lb, const floa
     FCC_BWD_HD(64);
     FCC_BWD_HD(96);
     FCC_BWD_HD(128);
+    FCC_BWD_HD(192);
+    FCC_BWD_HD(256);
     default: break;
     }
 #undef FCC_BWD_HD
@@ -652,8 +741,8 @@ bool fcc_bwd_mma_supports(const fcc_attn &p) {
     const fc_attn &a = p.a;
     /* F32 must stay accurate to fp32 (no TF32) and F64 in F64: generic kernel. */
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
-    /* D > 128: the dK/dV accumulators would spill. */
-    if (a.D < 1 || a.D > 128) return false;
+    /* D > 256: no tile (the generic kernel). */
+    if (a.D < 1 || a.D > 256) return false;
     /* Empty problems: the generic kernel writes the zeros. */
     if (a.Sq == 0 || a.Sk == 0 || a.B == 0) return false;
     /* mma.sync bf16 needs sm_80; ldmatrix/cp.async need contiguous rows of d;

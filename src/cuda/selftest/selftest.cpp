@@ -1157,7 +1157,7 @@ static std::vector<RagCase> decode_ragged_cases(bool small) {
  * partial tiles (S not a multiple of 64 or 128), masks (causal with
  * Sq ≠ Sk, sliding windows, fully masked rows and whole masked CTAs, sink
  * tokens, sink logits), score modifiers (softcap, ALiBi, a negative scale),
- * GQA and MQA, F16 and BF16, head dims 64, 96, 128, 256, forward and
+ * GQA and MQA, F16 and BF16, head dims 64, 96, 128, 192, 256, forward and
  * backward; the kernel each case reaches on an H100 (cc 9.0, 132 SMs:
  * fcc_plan_fwd/_bwd in attn_dispatch.cu and the kernels' supports()) is
  * noted beside it. race (--sanitize --tiny, for racecheck, whose cost grows
@@ -1186,8 +1186,11 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         {{F, 2, 130, 77, 2, 2, 64, 0, 16, 0, 2, true, false, false, false, false, 3.0, true, 1, false}, true},
         /* D 96: mma fwd HD96 (64-row CTAs, 100 = 64 + 36) / tc bwd HD96 */
         {{BF, 1, 100, 150, 4, 2, 96, 1, -1, -1, 2, false, false, false, false, false, 0.0, false, 1, false}, false},
-        /* D 256: mma fwd HD256 (modifiers) / generic bwd (D > 128) */
+        /* D 256: mma fwd HD256 (modifiers) / tc bwd HD256 (two column slices per row group) */
         {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, false},
+        /* D 192: mma fwd HD192 (modifiers) / tc bwd HD192 (two column slices): causal window 40,
+         * sink tokens and logits, softcap */
+        {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, false},
         /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
          * causal + window 256 */
         {{BF, 1, 100, 2100, 2, 1, 64, 1, 256, -1, 0, false, false, false, false, false, 0.0, false, 0, false}, true},
@@ -1223,6 +1226,9 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* varlen: mma fwd (ragged, modifiers) / tc bwd (ragged) + gap zeros: 77, 0, 130 rows, window
          * (40, 0), sink tokens and logits, softcap, ALiBi */
         {F, RAG_VARLEN, {77, 0, 130}, {200, 5, 130}, 4, 2, 128, 0, 40, 0, 2, true, 4.0, true, 0, 0, 1, 0},
+        /* varlen, D 256: mma fwd (ragged) / tc bwd HD256 (ragged, two column slices), causal, sink
+         * logits, ALiBi */
+        {F, RAG_VARLEN, {77, 0, 65}, {100, 5, 130}, 4, 2, 256, 1, -1, -1, 0, true, 0.0, true, 0, 0, 1, 0},
         /* varlen: mma fwd / tc bwd with the atomic dQ (longest key sequence 2100), causal + window 256 */
         {BF, RAG_VARLEN, {100, 3}, {2100, 7}, 2, 1, 64, 1, 256, -1, 0, false, 0.0, false, 0, 0, 0, 0},
         /* KV cache rows: append of 77 tokens, mma fwd (ragged), causal */
