@@ -5,7 +5,7 @@ compute capability 9.0) next to flashc's mma.sync kernel
 run on the PERF.md shapes (bf16 and fp16, 16k tokens, B = 16384/S,
 Hq = 2048/D). Reuses bench_gpu.py's timing and flashc call helpers.
 
-    python3 benchmarks/bench_fwd_hopper.py [--full] [--json PATH]
+    python3 benchmarks/bench_fwd_hopper.py [--full] [--json PATH] [--dims 64,128] [--seqs S,...]
 """
 import argparse
 import importlib.util
@@ -27,18 +27,22 @@ def main():
     ap.add_argument("--full", action="store_true", help="fp16 too, S in {512 .. 16k}")
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--dims", default="64,128", help="head dims, comma-separated (Hq = 2048 // D)")
+    ap.add_argument("--seqs", default=None, help="sequence lengths, comma-separated")
     args = ap.parse_args()
     L, why = bg.load_flashc()
     if L is None:
         raise SystemExit("flashc unavailable: " + why)
     stream = torch.cuda.current_stream().cuda_stream
     Ss = [512, 1024, 2048, 4096, 8192, 16384] if args.full else [1024, 4096, 16384]
+    if args.seqs:
+        Ss = [int(x) for x in args.seqs.split(",")]
     dts = [torch.bfloat16, torch.float16] if args.full else [torch.bfloat16]
     rows = []
     print("%-8s %3s %6s %5s | %7s %7s %7s %7s | %5s %5s | %s" % (
         "dtype", "D", "causal", "S", "wgmma", "mma", "fa2", "cudnn", "/fa2", "/cdnn", "rel-L2 vs fa2"))
     for dt in dts:
-        for D in (64, 128):
+        for D in (int(x) for x in args.dims.split(",")):
             for causal in (False, True):
                 for S in Ss:
                     B, H = 16384 // S, 2048 // D

@@ -743,17 +743,50 @@ def test_wgmma_forward_4096(rng, D, dtype, causal):
     _wg_fwd_case(rng, 1, 4096, 4096, 4, 2, D, dtype, rows=rows, causal=causal)
 
 
-@pytest.mark.parametrize("D", [64, 128])
+# Head dims the wgmma forward pads (by the tensor maps' zero fill) or runs
+# with 64-key tiles (HD = 256): every case of the sweep at D = 256 and 96,
+# others at a few more D (D % 8 == 0 takes wgmma; 100 stays on mma.sync).
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("D", [96, 256])
+@pytest.mark.parametrize("name", list(_WG_FWD_CASES))
+def test_wgmma_forward_padded_and_wide(rng, name, D, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _WG_FWD_CASES[name]
+    _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
+
+
+@pytest.mark.parametrize("D", [8, 40, 80, 136, 192, 200, 248, 100])
+def test_wgmma_forward_head_dims(rng, D):
+    _wg_fwd_case(rng, 1, 300, 333, 4, 2, D, "bfloat16", causal=True)
+    _wg_fwd_case(rng, 1, 130, 200, 4, 2, D, "float16", layout="bhsd", window=(40, 3), sink_tokens=2)
+
+
+def test_wgmma_forward_wide_4096(rng):
+    rows = np.unique(np.concatenate([np.arange(0, 4096, 97), np.arange(3968, 4096)]))
+    _wg_fwd_case(rng, 1, 4096, 4096, 2, 1, 256, "bfloat16", rows=rows, causal=True)
+
+
+@pytest.mark.parametrize("D", [64, 128, 96, 256])
 def test_wgmma_forward_is_a_different_kernel(rng, D):
-    # On compute capability 9.0 the default path must not be the mma.sync
-    # kernel (a different accumulation order gives different bits somewhere).
+    # On compute capability 9.0 the default path must be the wgmma kernel:
+    # the kernel names the CUDA profiler records (at HD = 256 both kernels
+    # use 64-key tiles and can agree to the bit, so bits cannot tell).
     cc = _device_cc()
     if cc != (9, 0):
         pytest.skip("wgmma forward runs on compute capability 9.0 only (this device: %s)" % (cc,))
+    import torch
+    from torch.profiler import ProfilerActivity, profile
     q, k, v = (rand(rng, s, "bfloat16") for s in ((1, 512, 4, D), (1, 512, 4, D), (1, 512, 4, D)))
-    a, _ = _wg_fwd_run(q, k, v, None)
-    b, _ = _wg_fwd_run(q, k, v, None, "mma")
-    assert a.tobytes() != b.tobytes()
+
+    def kernels(kernel):
+        _wg_fwd_run(q, k, v, None, kernel)  # warm-up: module load, smem attributes
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            a, _ = _wg_fwd_run(q, k, v, None, kernel)
+            torch.cuda.synchronize()
+        return a, {e.key for e in prof.key_averages() if e.device_time_total > 0}
+    a, names = kernels(None)
+    b, names_mma = kernels("mma")
+    assert any("attn_fwd_wgmma_kernel" in n for n in names), sorted(names)
+    assert not any("attn_fwd_wgmma_kernel" in n for n in names_mma), sorted(names_mma)
     assert _rel_l2(a, b) < 1e-2
 
 # ====================================================================

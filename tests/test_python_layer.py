@@ -92,6 +92,31 @@ def test_params_builder_fields():
     assert (p.softmax_scale, p.softcap) == (0.5, 30.0)
 
 
+def test_params_builder_cache():
+    # Repeated calls come from a cache of built structs: the same bytes as a
+    # fresh build, this call's stream, and never a cached answer for a value
+    # the builder rejects.
+    def build(cached, **kw):
+        old = _core._PARAMS_CACHE_MAX
+        if not cached:
+            _core._PARAMS_CACHE.clear()
+            _core._PARAMS_CACHE_MAX = 0
+        try:
+            return _core.attn_params(_lib.FLASHC_BACKEND_CUDA, **kw)
+        finally:
+            _core._PARAMS_CACHE_MAX = old
+    for kw in (dict(), dict(causal=True, window=[7, 0], sink_tokens=2, softcap=5),
+               dict(softmax_scale=0.25, window=(None, 3), deterministic=False)):
+        build(True, stream=1, **kw)                      # fills the cache
+        a, b = build(True, stream=77, **kw), build(False, stream=77, **kw)
+        assert a.stream == 77 and bytes(a) == bytes(b), kw
+    build(True, sink_tokens=1, window=(1, 0))
+    for bad in (dict(sink_tokens=True), dict(sink_tokens=1.0), dict(window=(1.0, 0)),
+                dict(window=(True, 0))):
+        with pytest.raises(flashc.FlashcError):
+            build(True, **bad)
+
+
 def test_params_builder_keeps_tensors_alive():
     import gc
     p = _core.attn_params(_lib.FLASHC_BACKEND_AUTO, sinks=_tensor(np.arange(4, dtype=np.float32)))

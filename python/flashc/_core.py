@@ -562,6 +562,35 @@ def _window_pair(window):
                  for w, side in ((wl, "left"), (wr, "right")))
 
 
+# Built params of recent calls without tensors attached, as bytes: a decode
+# step pays every microsecond of this builder, and a loop calls it with the
+# same options every time. Bounded. Cached only for values whose type fixes
+# how they are converted (ints where ints are required, int/float/None
+# elsewhere), so that a value the builder rejects (a float or bool
+# sink_tokens, say) is never served from the cache.
+_PARAMS_CACHE = {}
+_PARAMS_CACHE_MAX = 256
+
+
+def _params_key(backend, causal, softmax_scale, window, sink_tokens, softcap, deterministic):
+    if type(backend) is not int or type(sink_tokens) is not int:
+        return None
+    if type(window) in (tuple, list):
+        if len(window) != 2:
+            return None
+        wl, wr = window
+        if not ((wl is None or type(wl) is int) and (wr is None or type(wr) is int)):
+            return None
+        window = (wl, wr)
+    elif window is not None:
+        return None
+    for x in (softmax_scale, softcap):
+        if x is not None and type(x) is not int and type(x) is not float:
+            return None
+    return (backend, 1 if causal else 0, softmax_scale, window, sink_tokens, softcap,
+            1 if deterministic else 0)
+
+
 def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
                 softcap=None, sinks=None, alibi_slopes=None, dsinks=None, stream=None,
                 deterministic=True):
@@ -574,6 +603,14 @@ def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), s
     softmax_scale: None or 0 -> 1/sqrt(D), as in C. softcap: None or 0 -> off.
     window: (left, right), -1 or None = unbounded. Values go to the library
     as given; it validates them (negative softcap, NaN scale, ...)."""
+    key = None
+    if sinks is None and alibi_slopes is None and dsinks is None:
+        key = _params_key(backend, causal, softmax_scale, window, sink_tokens, softcap, deterministic)
+        raw = _PARAMS_CACHE.get(key) if key is not None else None
+        if raw is not None:
+            p = _lib.flashc_attn_params.from_buffer_copy(raw)
+            p.stream = stream
+            return p
     p = _lib.attn_params_default()
     p.backend = backend
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
@@ -588,6 +625,8 @@ def attn_params(backend, *, causal=False, softmax_scale=None, window=(-1, -1), s
     p.sinks = ctypes.pointer(sinks) if sinks is not None else None
     p.alibi_slopes = ctypes.pointer(alibi_slopes) if alibi_slopes is not None else None
     p.dsinks = ctypes.pointer(dsinks) if dsinks is not None else None
+    if key is not None and len(_PARAMS_CACHE) < _PARAMS_CACHE_MAX:
+        _PARAMS_CACHE[key] = bytes(p)  # (stream not set yet: NULL in the cached copy)
     p.stream = stream
     return p
 

@@ -220,8 +220,9 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
             torch.is_tensor(sinks) and sinks.requires_grad)):
         return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
     # Nothing to differentiate (inference, torch.no_grad): no autograd node,
-    # no logsumexp — the same kernel, less per-call cost.
-    return _attn_fwd(q.detach(), k.detach(), v.detach(), _head_vector(sinks, q, "sinks"),
+    # no logsumexp — the same kernel, less per-call cost (no detach either:
+    # only the storage is read, and nothing here records a graph).
+    return _attn_fwd(q, k, v, _head_vector(sinks, q, "sinks"),
                      _head_vector(alibi_slopes, q, "alibi_slopes"), kw, False)[0]
 
 
@@ -406,7 +407,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
             torch.is_tensor(sinks) and sinks.requires_grad)):
         return _AttentionVarlen.apply(q, k, v, sinks, alibi_slopes, cu_q, cu_k,
                                       (max_seqlen_q, max_seqlen_k), kw)
-    return _varlen_fwd(q.detach(), k.detach(), v.detach(), cu_q, cu_k, max_seqlen_q,
+    return _varlen_fwd(q, k, v, cu_q, cu_k, max_seqlen_q,
                        max_seqlen_k, _head_vector(sinks, q, "sinks"),
                        _head_vector(alibi_slopes, q, "alibi_slopes"), kw, False)[0]
 

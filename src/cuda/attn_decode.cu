@@ -29,7 +29,7 @@
  * memory in warp order; with one split the CTA finishes its rows
  * (fc_row_finishf: sink logit, empty rows) and writes o and lse directly;
  * otherwise it writes (m, ℓ, O) to a scratch buffer and a combine kernel
- * merges the splits in split order and finishes the rows. Fixed orders
+ * merges the splits in a fixed order and finishes the rows. Fixed orders
  * everywhere, no atomics: bit-identical across runs. m is kept in log2 units
  * (the exp2 domain) in the scratch.
  *
@@ -96,16 +96,17 @@ __device__ __forceinline__ int64_t part_index(const DecArgs &da, int64_t b, int 
  * g (strides st) into smem rows of pitch LD, by one warp (load_rows_at):
  * rows at or past the sequence's end (Sk) and columns ≥ D are zero-filled,
  * never read. contig (fcc_tile_contig: not paged, or pages of a multiple of
- * BN keys): one fc_attn_key_offset per tile, else one per row. */
+ * BN keys): one fc_attn_key_offset per tile, else one per row. L2::128B
+ * prefetch hints on the copies (cp_async16). */
 template <typename T, class K>
 __device__ __forceinline__ void load_kv_tile(T *s, const T *g, const int64_t *st, const fc_attn &a, const fc_seq &seq,
                                              int64_t b, int hk, int n0, int Sk, int D, bool vec, bool contig,
                                              int lane) {
     if (contig) {
         const int64_t t0 = fc_attn_key_offset(&a, &seq, b, st, n0, hk), rs = st[1]; /* n0 < Sk */
-        load_rows_at<T, K::HD, K::BN, 32>(s, g, [=](int r) { return t0 + r * rs; }, n0, Sk, D, vec, lane);
+        load_rows_at<T, K::HD, K::BN, 32, 128>(s, g, [=](int r) { return t0 + r * rs; }, n0, Sk, D, vec, lane);
     } else {
-        load_rows_at<T, K::HD, K::BN, 32>(
+        load_rows_at<T, K::HD, K::BN, 32, 128>(
             s, g, [&](int r) { return n0 + r < Sk ? fc_attn_key_offset(&a, &seq, b, st, n0 + r, hk) : (int64_t)0; },
             n0, Sk, D, vec, lane);
     }
@@ -379,51 +380,91 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     }
 }
 
-/* The combine: one warp per (b, hk, row r) merges the nsplit partials in
- * split order (M = max m_s, ℓ = Σ ℓ_s·2^(m_s − M), O = Σ O_s·2^(m_s − M)),
- * finishes the row (fc_row_finishf) and writes o (T) and lse. */
-constexpr int CMB_ROWS = 4; /* rows (warps) per combine block */
+/* The combine: one CTA of CMB_WARPS warps per (b, hk, row r) merges the
+ * nsplit partials (M = max m_s, ℓ = Σ ℓ_s·2^(m_s − M), O = Σ O_s·2^(m_s − M)),
+ * finishes the row (fc_row_finishf) and writes o (T) and lse. A decode
+ * step waits for it, so it is written for latency: every thread reads one
+ * split's (m, ℓ) (M and ℓ by fixed shuffle trees, then across the warps in
+ * warp order), the weights go through shared memory, and warp w adds the O
+ * rows of splits w, w + CMB_WARPS, ... (CMB_UNROLL of them loaded before
+ * any is added), the warps' sums then added in warp order. Fixed orders:
+ * bit-identical across runs. */
+constexpr int CMB_WARPS = 4;
+constexpr int CMB_MAXS = 128;   /* splits at most (fcc_decode_splits) */
+constexpr int CMB_UNROLL = 4;   /* splits per warp whose O rows are in flight together */
+static_assert(CMB_MAXS <= 32 * CMB_WARPS, "one split's (m, l) per thread");
 template <typename T>
-__global__ void __launch_bounds__(32 * CMB_ROWS) attn_decode_combine_kernel(const __grid_constant__ fcc_attn p,
-                                                                            const DecArgs da) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * CMB_ROWS + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(32 * CMB_WARPS) attn_decode_combine_kernel(const __grid_constant__ fcc_attn p,
+                                                                             const DecArgs da) {
+    constexpr int CD = 256 / 32; /* D ≤ 256: dims lane + 32·c */
+    __shared__ float wsh[CMB_MAXS];              /* split weights */
+    __shared__ float red[2][CMB_WARPS];          /* per-warp M, then ℓ */
+    __shared__ float osum[CMB_WARPS][CD * 32];   /* per-warp O sums */
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int64_t row = blockIdx.x;
     const fc_attn &a = p.a;
-    if (row >= a.B * p.Hkv * (int64_t)da.rmax) return;
     const int r = (int)(row % da.rmax);
     const int hk = (int)(row / da.rmax % p.Hkv);
     const int64_t b = row / da.rmax / p.Hkv;
     const fc_seq seq = fc_attn_seq(&a, b);
-    const int G = p.group, D = p.D;
-    if (r >= G * (int)seq.Sq) return;
+    const int G = p.group, D = p.D, n = da.nsplit;
+    if (r >= G * (int)seq.Sq) return; /* (uniform over the CTA) */
     const int i = r / G;
     const int64_t h = (int64_t)hk * G + r % G;
 
     const int64_t P0 = part_index(da, b, hk, p.Hkv, 0, r), PS = da.rmax; /* partial s at P0 + s·PS */
-    float M = -INFINITY;
-    for (int s = 0; s < da.nsplit; ++s) M = fmaxf(M, da.part_ml[2 * (P0 + s * PS)]);
-    constexpr int CD = 256 / 32; /* D ≤ 256: dims lane + 32·c */
-    float acc[CD], l = 0.f;
+    const float ms = tid < n ? da.part_ml[2 * (P0 + tid * PS)] : -INFINITY;
+    const float ls = tid < n ? da.part_ml[2 * (P0 + tid * PS) + 1] : 0.f;
+    float M = ms;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[0][w] = M;
+    __syncthreads();
+    M = red[0][0];
+#pragma unroll
+    for (int k = 1; k < CMB_WARPS; ++k) M = fmaxf(M, red[0][k]);
+    const float x = ms == -INFINITY ? 0.f : exp2f(ms - M); /* empty partial: weight 0, O not written */
+    if (tid < n) wsh[tid] = x;
+    float l = x != 0.f ? ls * x : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) red[1][w] = l;
+    __syncthreads();
+
+    float acc[CD];
 #pragma unroll
     for (int c = 0; c < CD; ++c) acc[c] = 0.f;
-    for (int s = 0; s < da.nsplit; ++s) {
-        const int64_t P = P0 + s * PS;
-        const float ms = da.part_ml[2 * P];
-        if (ms == -INFINITY) continue; /* empty partial: weight 0, O not written */
-        const float x = exp2f(ms - M);
-        l += da.part_ml[2 * P + 1] * x;
-        const float *po = da.part_o + P * D;
+    for (int s0 = w; s0 < n; s0 += CMB_WARPS * CMB_UNROLL) {
+        float xs[CMB_UNROLL], v[CMB_UNROLL][CD];
 #pragma unroll
-        for (int c = 0; c < CD; ++c)
-            if (lane + 32 * c < D) acc[c] += po[lane + 32 * c] * x;
+        for (int u = 0; u < CMB_UNROLL; ++u) {
+            const int sp = s0 + u * CMB_WARPS;
+            xs[u] = sp < n ? wsh[sp] : 0.f;
+            const float *po = da.part_o + (P0 + (int64_t)sp * PS) * D;
+#pragma unroll
+            for (int c = 0; c < CD; ++c) v[u][c] = xs[u] != 0.f && lane + 32 * c < D ? po[lane + 32 * c] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < CMB_UNROLL; ++u)
+#pragma unroll
+            for (int c = 0; c < CD; ++c) acc[c] = fmaf(v[u][c], xs[u], acc[c]);
     }
+#pragma unroll
+    for (int c = 0; c < CD; ++c) osum[w][lane + 32 * c] = acc[c];
+    __syncthreads();
+    l = red[1][0];
+#pragma unroll
+    for (int k = 1; k < CMB_WARPS; ++k) l += red[1][k];
     float f, L;
     fc_row_finishf(M * FC_LN2_F, l, a.sink_logits != nullptr, (float)fc_attn_sink(&a, h), &f, &L);
     T *o = static_cast<T *>(a.o) + fc_attn_row_offset(&seq, a.so, i, h);
+    for (int d = tid; d < D; d += 32 * CMB_WARPS) {
+        float sum = osum[0][d];
 #pragma unroll
-    for (int c = 0; c < CD; ++c)
-        if (lane + 32 * c < D) o[lane + 32 * c] = Ops<T>::from_f(acc[c] * f);
-    if (a.lse && lane == 0) static_cast<float *>(a.lse)[fc_attn_lse_offset(&seq, a.slse, h, i)] = L;
+        for (int k = 1; k < CMB_WARPS; ++k) sum += osum[k][d];
+        o[d] = Ops<T>::from_f(sum * f);
+    }
+    if (a.lse && tid == 0) static_cast<float *>(a.lse)[fc_attn_lse_offset(&seq, a.slse, h, i)] = L;
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -483,7 +524,7 @@ static Plan make_plan(const fcc_attn &p) {
     const int64_t slots = (int64_t)p.dev.sm_count * (per_sm < 1 ? 1 : per_sm > 4 ? 4 : per_sm);
     pl.nsplit = fcc_decode_splits(a.B * a.Hkv * pl.nrb, (keys + bn - 1) / bn, slots, nw);
     pl.grid = a.B * a.Hkv * pl.nrb * pl.nsplit;
-    pl.combine_grid = (a.B * a.Hkv * rmax + CMB_ROWS - 1) / CMB_ROWS;
+    pl.combine_grid = a.B * a.Hkv * rmax; /* one CTA per row */
     pl.ok = pl.grid <= INT_MAX && pl.combine_grid <= INT_MAX;
     return pl;
 }
@@ -507,7 +548,7 @@ template <typename T, class K> static flashc_status run(const fcc_attn &p, const
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_kernel");
     }
     if (s == FLASHC_OK && pl.nsplit > 1) {
-        attn_decode_combine_kernel<T><<<(unsigned)pl.combine_grid, 32 * CMB_ROWS, 0, st>>>(p, da);
+        attn_decode_combine_kernel<T><<<(unsigned)pl.combine_grid, 32 * CMB_WARPS, 0, st>>>(p, da);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_combine_kernel");
     }
@@ -530,9 +571,9 @@ template <typename T, class K> static flashc_status run(const fcc_attn &p, const
 int fcc_decode_splits(int64_t units, int64_t tiles, int64_t slots, int nw) {
     if (units <= 0 || tiles <= 0 || slots <= 0) return 1;
     int64_t maxs = tiles / (2 * (int64_t)nw);
-    if (maxs > 128) maxs = 128;
+    if (maxs > fcdec::CMB_MAXS) maxs = fcdec::CMB_MAXS;
     if (maxs <= 1 || units * 5 >= slots * 4) return 1;
-    double eff[129], best = 0.0;
+    double eff[fcdec::CMB_MAXS + 1], best = 0.0;
     for (int64_t s = 1; s <= maxs; ++s) {
         const double w = (double)(units * s) / (double)slots;
         eff[s] = w / ceil(w);

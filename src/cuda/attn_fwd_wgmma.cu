@@ -1,6 +1,8 @@
 /*
  * attn_fwd_wgmma.cu — Hopper (sm_90a) attention forward for F16/BF16,
- * D ∈ {64, 128}: warpgroup MMA (wgmma) fed by TMA, FA3-style warp
+ * D ≤ 256 with D % 8 == 0, zero-padded by the tensor maps to HD ∈ {64, 128,
+ * 256} (columns past D read 0 and are never stored): warpgroup MMA (wgmma)
+ * fed by TMA, FA3-style warp
  * specialisation. Compiled only for sm_90a (src/cuda/CMakeLists.txt); the
  * plan (attn_dispatch.cu) picks it when fcc_fwd_wgmma_supports() holds
  * (compute capability 9.0 among its conditions), else the mma.sync kernel.
@@ -10,7 +12,8 @@
  *
  * One CTA per (128 query rows, query head, batch); 3 warpgroups:
  *   WG0, producer (setmaxnreg 40): one thread issues TMA loads of the Q tile
- *     (once) and of K and V tiles of 128 keys into two 2-stage rings, in the
+ *     (once) and of K and V tiles of BN keys (128; 64 at HD = 256, where the
+ *     O accumulator alone takes 128 registers a thread) into two 2-stage rings, in the
  *     order the consumers use them (K(t), then V(t − 1)); a stage is `full`
  *     when its bytes landed and `empty` when both consumer warpgroups have
  *     finished reading it, so a K stage is refilled while P·V still runs.
@@ -62,7 +65,7 @@ using namespace fctc;
 template <int HD_> struct WgTraits {
     static constexpr int HD = HD_;
     static constexpr int BM = 128;           /* query rows per CTA (2 × 64) */
-    static constexpr int BN = 128;           /* keys per tile */
+    static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile */
     static constexpr int STAGES = 2;         /* per ring: K and V each */
     static constexpr int NT = 384;           /* producer + 2 consumer warpgroups */
     static constexpr int NDB = HD / 64;      /* 64-column (128-byte) blocks of a row */
@@ -71,8 +74,8 @@ template <int HD_> struct WgTraits {
     static constexpr int OFF_K = Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int SMEM = OFF_V + STAGES * KV_BYTES + 1024; /* + alignment slack */
-    static_assert(HD == 64 || HD == 128, "HD 64 or 128");
-    static_assert(BN == 128, "S = Q·Kᵀ uses m64n128");
+    static_assert(HD == 64 || HD == 128 || HD == 256, "HD 64, 128 or 256");
+    static_assert(BN == 128 || BN == 64, "S = Q·Kᵀ uses m64n128 or m64n64");
 };
 
 /* Warpgroup scheduling (FA3's ping-pong): the two consumer warpgroups take
@@ -87,7 +90,7 @@ __device__ __forceinline__ void pass_turn(int cw) {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
 }
 
-/* S = Q·Kᵀ for one warpgroup: 64 × 128 from smem Q rows (qrow) and a K tile
+/* S = Q·Kᵀ for one warpgroup: 64 × BN from smem Q rows (qrow) and a K tile
  * (sk); issued and committed, not waited for. */
 template <typename T, class K>
 __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t qrow, uint32_t sk) {
@@ -97,7 +100,8 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
         const uint64_t da = sw128_desc(qrow + (kk >> 2) * K::BM * 128 + koff, 16, 1024);
         const uint64_t dk = sw128_desc(sk + (kk >> 2) * K::BN * 128 + koff, 16, 1024);
-        WgOps<T>::ss_n128(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites: no zeroing */
+        if constexpr (K::BN == 128) WgOps<T>::ss_n128(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
+        else WgOps<T>::ss_n64(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0);
     }
     wg_commit();
 }
@@ -344,8 +348,9 @@ __global__ void __launch_bounds__(384, 1)
                 T *orow = Ob + (int64_t)row * a.so[1];
 #pragma unroll
                 for (int j = 0; j < HD / 8; ++j)
-                    *reinterpret_cast<uint32_t *>(orow + j * 8 + 2 * t4) =
-                        Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]);
+                    if (j * 8 < p.D) /* D % 8 == 0: a pair is wholly inside or outside */
+                        *reinterpret_cast<uint32_t *>(orow + j * 8 + 2 * t4) =
+                            Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]);
             }
         }
     }
@@ -382,7 +387,8 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     if (fc_attn_is_ragged(&a)) return false; /* dense tensor maps only: ragged runs on mma.sync */
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
-    if (a.D != 64 && a.D != 128) return false;
+    /* D padded to HD by the maps' zero fill: whole 16-byte chunks (vec16 below). */
+    if (a.D < 8 || a.D > 256 || a.D % 8 != 0) return false;
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte
      * aligned rows of q/k/v (vec16); o is written in 4-byte pairs. */
     if (!p.fits_int32 || a.Sk == 0 || !p.vec16 || !p.out_pairs) return false;
@@ -392,7 +398,7 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
         !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
         return false;
     if ((a.Sq + WgTraits<64>::BM - 1) / WgTraits<64>::BM * a.Hq * a.B > INT_MAX) return false; /* grid */
-    const int smem = a.D == 64 ? WgTraits<64>::SMEM : WgTraits<128>::SMEM;
+    const int smem = a.D <= 64 ? WgTraits<64>::SMEM : a.D <= 128 ? WgTraits<128>::SMEM : WgTraits<256>::SMEM;
     return smem <= p.dev.smem_optin && encode_fn() != nullptr;
 }
 
@@ -403,14 +409,17 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     CUtensorMap tq, tk, tv;
-    if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, 128) ||
-        !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, 128) ||
-        !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, 128))
+    const int bn = a.D > 128 ? WgTraits<256>::BN : WgTraits<128>::BN; /* K/V box rows */
+    if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, WgTraits<128>::BM) ||
+        !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
+        !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     if (a.dtype == FLASHC_BF16) {
-        if (a.D == 64) return launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
-        return launch<__nv_bfloat16, WgTraits<128>>(p, tq, tk, tv);
+        if (a.D <= 64) return launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
+        if (a.D <= 128) return launch<__nv_bfloat16, WgTraits<128>>(p, tq, tk, tv);
+        return launch<__nv_bfloat16, WgTraits<256>>(p, tq, tk, tv);
     }
-    if (a.D == 64) return launch<__half, WgTraits<64>>(p, tq, tk, tv);
-    return launch<__half, WgTraits<128>>(p, tq, tk, tv);
+    if (a.D <= 64) return launch<__half, WgTraits<64>>(p, tq, tk, tv);
+    if (a.D <= 128) return launch<__half, WgTraits<128>>(p, tq, tk, tv);
+    return launch<__half, WgTraits<256>>(p, tq, tk, tv);
 }

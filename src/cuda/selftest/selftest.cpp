@@ -1184,13 +1184,15 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* wgmma fwd (modifiers) / mma HD64 / tc bwd: sliding window (16, 0), Sq > Sk (rows 0..52 get
          * only the sink logit), sink tokens, softcap, ALiBi */
         {{F, 2, 130, 77, 2, 2, 64, 0, 16, 0, 2, true, false, false, false, false, 3.0, true, 1, false}, true},
-        /* D 96: mma fwd HD96 (64-row CTAs, 100 = 64 + 36) / tc bwd HD96 */
-        {{BF, 1, 100, 150, 4, 2, 96, 1, -1, -1, 2, false, false, false, false, false, 0.0, false, 1, false}, false},
-        /* D 256: mma fwd HD256 (modifiers) / tc bwd HD256 (two column slices per row group) */
-        {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, false},
-        /* D 192: mma fwd HD192 (modifiers) / tc bwd HD192 (two column slices): causal window 40,
-         * sink tokens and logits, softcap */
-        {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, false},
+        /* D 96: wgmma fwd HD128 (zero-padded by the maps) / mma fwd HD96 (64-row CTAs, 100 = 64 + 36)
+         * / wgmma bwd HD128 (padded) */
+        {{BF, 1, 100, 150, 4, 2, 96, 1, -1, -1, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
+        /* D 256: wgmma fwd HD256 (64-key tiles, modifiers) / mma fwd HD256 / tc bwd HD256 (two column
+         * slices per row group) */
+        {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, true},
+        /* D 192: wgmma fwd HD256 (padded) / mma fwd HD192 (modifiers) / tc bwd HD192 (two column
+         * slices): causal window 40, sink tokens and logits, softcap */
+        {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, true},
         /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
          * causal + window 256 */
         {{BF, 1, 100, 2100, 2, 1, 64, 1, 256, -1, 0, false, false, false, false, false, 0.0, false, 0, false}, true},
