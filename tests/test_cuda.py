@@ -744,10 +744,11 @@ def test_wgmma_forward_4096(rng, D, dtype, causal):
 
 
 # Head dims the wgmma forward pads (by the tensor maps' zero fill) or runs
-# with 64-key tiles (HD = 256): every case of the sweep at D = 256 and 96,
-# others at a few more D (D % 8 == 0 takes wgmma; 100 stays on mma.sync).
+# with 64-key tiles (HD = 192, 256): every case of the sweep at D = 96, 192
+# and 256, others at a few more D (D % 8 == 0 takes wgmma; 100 stays on
+# mma.sync).
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("D", [96, 256])
+@pytest.mark.parametrize("D", [96, 192, 256])
 @pytest.mark.parametrize("name", list(_WG_FWD_CASES))
 def test_wgmma_forward_padded_and_wide(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_FWD_CASES[name]

@@ -470,9 +470,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
 
 # ------------------------------------------------------- torch.compile ops
 
+_is_compiling_fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
 def _is_compiling():
-    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(f()) if f is not None else False
+    return bool(_is_compiling_fn()) if _is_compiling_fn is not None else False
 
 
 # flashc::attention_fwd/_bwd and flashc::weighted_sum(_bwd) as torch.library

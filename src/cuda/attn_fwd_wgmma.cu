@@ -1,7 +1,7 @@
 /*
  * attn_fwd_wgmma.cu — Hopper (sm_90a) attention forward for F16/BF16,
  * D ≤ 256 with D % 8 == 0, zero-padded by the tensor maps to HD ∈ {64, 128,
- * 256} (columns past D read 0 and are never stored): warpgroup MMA (wgmma)
+ * 192, 256} (columns past D read 0 and are never stored): warpgroup MMA (wgmma)
  * fed by TMA, FA3-style warp
  * specialisation. Compiled only for sm_90a (src/cuda/CMakeLists.txt); the
  * plan (attn_dispatch.cu) picks it when fcc_fwd_wgmma_supports() holds
@@ -65,7 +65,7 @@ using namespace fctc;
 template <int HD_> struct WgTraits {
     static constexpr int HD = HD_;
     static constexpr int BM = 128;           /* query rows per CTA (2 × 64) */
-    static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile */
+    static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile (HD 192: 128 would not fit smem) */
     static constexpr int STAGES = 2;         /* per ring: K and V each */
     static constexpr int NT = 384;           /* producer + 2 consumer warpgroups */
     static constexpr int NDB = HD / 64;      /* 64-column (128-byte) blocks of a row */
@@ -74,7 +74,7 @@ template <int HD_> struct WgTraits {
     static constexpr int OFF_K = Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int SMEM = OFF_V + STAGES * KV_BYTES + 1024; /* + alignment slack */
-    static_assert(HD == 64 || HD == 128 || HD == 256, "HD 64, 128 or 256");
+    static_assert(HD == 64 || HD == 128 || HD == 192 || HD == 256, "HD 64, 128, 192 or 256");
     static_assert(BN == 128 || BN == 64, "S = Q·Kᵀ uses m64n128 or m64n64");
 };
 
@@ -398,7 +398,10 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
         !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
         return false;
     if ((a.Sq + WgTraits<64>::BM - 1) / WgTraits<64>::BM * a.Hq * a.B > INT_MAX) return false; /* grid */
-    const int smem = a.D <= 64 ? WgTraits<64>::SMEM : a.D <= 128 ? WgTraits<128>::SMEM : WgTraits<256>::SMEM;
+    const int smem = a.D <= 64    ? WgTraits<64>::SMEM
+                     : a.D <= 128 ? WgTraits<128>::SMEM
+                     : a.D <= 192 ? WgTraits<192>::SMEM
+                                  : WgTraits<256>::SMEM;
     return smem <= p.dev.smem_optin && encode_fn() != nullptr;
 }
 
@@ -409,7 +412,8 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     CUtensorMap tq, tk, tv;
-    const int bn = a.D > 128 ? WgTraits<256>::BN : WgTraits<128>::BN; /* K/V box rows */
+    const int bn = a.D > 128 ? WgTraits<256>::BN : WgTraits<128>::BN; /* K/V box rows (HD 192 too) */
+    static_assert(WgTraits<192>::BN == WgTraits<256>::BN, "one box height above HD 128");
     if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, WgTraits<128>::BM) ||
         !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
         !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
@@ -417,9 +421,11 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
     if (a.dtype == FLASHC_BF16) {
         if (a.D <= 64) return launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
         if (a.D <= 128) return launch<__nv_bfloat16, WgTraits<128>>(p, tq, tk, tv);
+        if (a.D <= 192) return launch<__nv_bfloat16, WgTraits<192>>(p, tq, tk, tv);
         return launch<__nv_bfloat16, WgTraits<256>>(p, tq, tk, tv);
     }
     if (a.D <= 64) return launch<__half, WgTraits<64>>(p, tq, tk, tv);
     if (a.D <= 128) return launch<__half, WgTraits<128>>(p, tq, tk, tv);
+    if (a.D <= 192) return launch<__half, WgTraits<192>>(p, tq, tk, tv);
     return launch<__half, WgTraits<256>>(p, tq, tk, tv);
 }

@@ -1190,7 +1190,7 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* D 256: wgmma fwd HD256 (64-key tiles, modifiers) / mma fwd HD256 / tc bwd HD256 (two column
          * slices per row group) */
         {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, true},
-        /* D 192: wgmma fwd HD256 (padded) / mma fwd HD192 (modifiers) / tc bwd HD192 (two column
+        /* D 192: wgmma fwd HD192 (64-key tiles) / mma fwd HD192 (modifiers) / tc bwd HD192 (two column
          * slices): causal window 40, sink tokens and logits, softcap */
         {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, true},
         /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
