@@ -112,9 +112,14 @@ def main():
         del q, k, v, do, qt, kt, vt, dot
         torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": out}, fh,
-                      indent=1)
+        write_json(args.json, out)
+
+
+def write_json(path, rows):
+    """The rows with the device and torch version (shared by bench_flex_gpu.py)."""
+    with open(path, "w") as fh:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, fh,
+                  indent=1)
 
 
 if __name__ == "__main__":

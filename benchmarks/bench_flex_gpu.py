@@ -17,7 +17,6 @@ warm-up (bench_bwd_gpu.timed).
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
@@ -112,9 +111,7 @@ def main():
         del q, k, v, do, qt, kt, vt, dot
         torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": out}, fh,
-                      indent=1)
+        bb.write_json(args.json, out)
 
 
 if __name__ == "__main__":

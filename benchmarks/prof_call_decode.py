@@ -14,45 +14,29 @@ it exceeds the GPU's).
 import ctypes
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+import bench_bwd_gpu as _bwd  # noqa: E402  (timed: CUDA events around one call, median)
+import bench_call_overhead as _overhead  # noqa: E402  (per_call: back-to-back calls, mean)
 import flashc.torch as ft  # noqa: E402
 from flashc import _lib  # noqa: E402
 from flashc._core import attn_params  # noqa: E402
 from flashc.torch import _placement, _tensor  # noqa: E402
 
 
-def pipelined(fn, n=500):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
+def pipelined(fn):
+    return _overhead.per_call(fn, n=500, warmup=20)
 
 
-def event(fn, n=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+def event(fn):
+    return _bwd.timed(fn, 50) * 1e3  # median ms of synchronised event pairs -> µs
 
 
 def kernels(fn, n=20):
