@@ -3,7 +3,7 @@
 (torch.compile'd flex_attention with a block mask: what a user picks for
 masks SDPA has no kernel for), forward and forward+backward, in one process.
 
-    python3 benchmarks/bench_flex_gpu.py [--reps N] [--json PATH]
+    python3 benchmarks/bench_flex_gpu.py [--reps N] [--json PATH] [--only TEXT]...
 
 Rows (bf16, D 128, GQA 32/8, B·S = 16k tokens): causal sliding window of
 W keys (row i sees i − W < j ≤ i), the same plus 4 sink tokens (keys 0..3
@@ -50,6 +50,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--only", action="append", help="run the rows whose name contains TEXT")
     args = ap.parse_args()
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
@@ -58,6 +59,8 @@ def main():
     Hq, Hkv, D = 32, 8, 128
     out = []
     for name, S, W, ns in ROWS:
+        if args.only and not any(t in name for t in args.only):
+            continue
         B = 16384 // S
         dt = torch.bfloat16
         q = torch.randn(B, S, Hq, D, device="cuda", dtype=dt, requires_grad=True)

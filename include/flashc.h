@@ -337,6 +337,11 @@ FLASHC_API const char *flashc_cpu_features(void);
  *   FLASHC_CPU_BWD=twopass             CPU backward: force the two-pass (key-major) schedule
  *   FLASHC_CUDA_KERNEL=generic|mma     CUDA attention: generic SIMT kernels only, or skip the
  *                                      Hopper wgmma kernels (mma.sync, then generic)
+ *   FLASHC_CUDA_SMEM_LIMIT=n           CUDA attention: plan as if a block could use at most n bytes
+ *                                      of shared memory (min with the device's opt-in limit), to
+ *                                      test what a GPU with less runs (sm_86/89: 99 KB, 101376;
+ *                                      48 KB, 49152). Kernels and tile shapes are chosen from this
+ *                                      limit; every problem runs down to 48 KB
  *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
  *                                      beside libflashc.so); read once, at the first load
  *   FLASHC_WSUM_VARIANT=0|1            CUDA weighted sum: 0 = generic kernels only; 1 = auto */

@@ -558,6 +558,18 @@ def test_tc_backward_atomic(rng, name, D):
     _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", deterministic=False, **dict(kw))
 
 
+# Sink tokens under a sliding window: every row sees key block 0, which the
+# Hopper backward splits over several CTAs (Split in attn_bwd_wgmma.cu:
+# partial dK/dV added in chunk order; dQ still one addition per block).
+@pytest.mark.parametrize("det", [True, False])
+@pytest.mark.parametrize("D", [64, 128])
+def test_backward_split_sink_block(rng, D, det):
+    _tc_bwd_case(rng, 1, 1100, 1200, 4, 2, D, "bfloat16", deterministic=det, window=(64, 0),
+                 sink_tokens=4)
+    _tc_bwd_case(rng, 2, 700, 700, 4, 1, D, "float16", deterministic=det, causal=True,
+                 window=(50, -1), sink_tokens=3, use_sinks=True)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_tc_backward_larger(rng, causal):
     _tc_bwd_case(rng, 1, 1000, 1000, 4, 2, 128, "bfloat16", causal=causal)
@@ -975,11 +987,20 @@ def test_score_mods_backward_larger(rng, monkeypatch, dtype, D):
                    dict(causal=True, use_sinks=True))  # rows with no visible key
 
 
+# "sinks-split": sink tokens under a window, 900 rows: every row sees key
+# block 0, which the Hopper backward splits over several CTAs (Split in
+# attn_bwd_wgmma.cu); the bad keys lie in that block, past the sink keys.
+_ROBUST_SHAPES = {"window": ((1, 200, 260, 4, 2), dict(causal=True, window=(70, 0)), (150, 170)),
+                  "sinks-split": ((1, 900, 900, 4, 2), dict(causal=True, window=(40, 0), sink_tokens=4),
+                                  (60, 70))}
+
+
 @pytest.mark.parametrize("kernel", _KERNELS, ids=["default", "mma", "generic"])
 @pytest.mark.parametrize("mods", ["plain", "softcap", "both"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("D", [64, 128])
-def test_score_mods_masked_keys_robust(rng, monkeypatch, kernel, mods, dtype, D):
+@pytest.mark.parametrize("shape", list(_ROBUST_SHAPES))
+def test_score_mods_masked_keys_robust(rng, monkeypatch, shape, kernel, mods, dtype, D):
     """NaN/Inf in keys and values a row cannot see leave that row's o, lse
     and dq, and the clean keys' dk/dv, bit-identical (each kernel; bf16 at
     D 64/128 by default: the Hopper wgmma forward)."""
@@ -987,11 +1008,10 @@ def test_score_mods_masked_keys_robust(rng, monkeypatch, kernel, mods, dtype, D)
         monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
     else:
         monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
-    B, Sq, Sk, Hq, Hkv = 1, 200, 260, 4, 2
-    mask = dict(causal=True, window=(70, 0))
+    (B, Sq, Sk, Hq, Hkv), mask, (b0, b1) = _ROBUST_SHAPES[shape]
     q, k, v, kw = _mods_inputs(rng, B, Sq, Sk, Hq, Hkv, D, dtype,
                                _MOD_SETS.get(mods, {}), mask)
-    bad = (np.arange(Sk) >= 150) & (np.arange(Sk) < 170)
+    bad = (np.arange(Sk) >= b0) & (np.arange(Sk) < b1)
     vis = visible_mask(Sq, Sk, **mask)
     clean = ~vis[:, bad].any(axis=1)
     assert clean.any() and bad.any()
@@ -1097,3 +1117,117 @@ def test_wgmma_backward_many_key_blocks(rng, causal):
     block waits only on blocks launched before it); still exact, and
     bit-identical across runs."""
     _tc_bwd_case(rng, 1, 150, 17000, 2, 1, 64, "bfloat16", causal=causal)
+
+
+# ====================================================================
+# Shared-memory limits (issue 8): FLASHC_CUDA_SMEM_LIMIT makes every plan
+# choose as on a GPU with less shared memory per block — 99 KB (sm_86/89:
+# the tensor-core backward single-buffered at D = 128, the generic kernels'
+# small tiles) and 48 KB (the generic kernels stream Q/K/V/dO through
+# shared memory in chunks of head dims). Every dtype, head dims up to 256,
+# masks, GQA, sink tokens and logits, ragged and paged problems: no call
+# fails, and each result is as close to the float64 reference as the run
+# without a limit (or, for the ragged calls, as close to the CPU backend's).
+_SMEM_LIMITS = {"99KB": 101376, "48KB": 49152}
+_SMEM_TOL = {"bfloat16": 2.5e-2, "float16": 6e-3, "float32": 2e-5, "float64": 1e-12}
+
+
+def _dense_fwd_bwd(q, k, v, do, sinks, kw):
+    D = fcuda.to_device
+    ds = D(sinks) if sinks is not None else None
+    dq_, dk_, dv_, ddo = D(q), D(k), D(v), D(do)
+    o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True, sinks=ds, **kw)
+    g = flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, sinks=ds, **kw)
+    return [o.numpy(), lse.numpy()] + [x.numpy() for x in g]
+
+
+@pytest.mark.parametrize("limit", list(_SMEM_LIMITS))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+@pytest.mark.parametrize("D", [64, 128, 200, 256])
+@pytest.mark.parametrize("case", ["causal-gqa-sinks", "window-sinktok"])
+def test_smem_limit_dense(rng, monkeypatch, limit, dtype, D, case):
+    B, Sq, Sk, Hq, Hkv = 2, 150, 170, 4, 2
+    kw = dict(causal=True) if case == "causal-gqa-sinks" else dict(window=(60, 7), sink_tokens=3)
+    q, k, v, do = (rand(rng, s, dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D),
+                                                 (B, Sk, Hkv, D), (B, Sq, Hq, D)))
+    sinks = (rng.standard_normal(Hq) * 2).astype(lse_dtype(dtype)) if "sinks" in case else None
+    f = np.float64
+    ro, rl = attention_reference(q.astype(f), k.astype(f), v.astype(f),
+                                 sinks=None if sinks is None else sinks.astype(f), **kw)
+    rg = attention_backward_reference(do.astype(f), q.astype(f), k.astype(f), v.astype(f),
+                                      sinks=None if sinks is None else sinks.astype(f), **kw)
+    ref = [ro, rl] + [r for r in rg if r is not None]
+    base = _dense_fwd_bwd(q, k, v, do, sinks, kw)
+    monkeypatch.setenv("FLASHC_CUDA_SMEM_LIMIT", str(_SMEM_LIMITS[limit]))
+    got = _dense_fwd_bwd(q, k, v, do, sinks, kw)
+    for name, a, b, r in zip(("o", "lse", "dq", "dk", "dv", "dsinks"), got, base, ref):
+        fin = np.isfinite(r)
+        assert (np.isfinite(a) == fin).all(), "%s: non-finite where the reference is finite" % name
+        e, eb = _rel_l2(a[fin], r[fin]), _rel_l2(b[fin], r[fin])
+        assert e <= max(_SMEM_TOL[dtype], 3.0 * eb), "%s rel-L2 %.3g (no limit %.3g)" % (name, e, eb)
+
+
+def _paged(rng, B, lens, page, Hkv, D, dtype):
+    need = [(n + page - 1) // page for n in lens]
+    P = sum(need) + 3
+    perm = rng.permutation(P)
+    table = np.full((B, max(need)), 0, np.int32)
+    kc = rand(rng, (P, page, Hkv, D), dtype)
+    vc = rand(rng, (P, page, Hkv, D), dtype)
+    used = 0
+    for b in range(B):
+        table[b, :need[b]] = perm[used:used + need[b]]
+        used += need[b]
+    return kc, vc, table
+
+
+@pytest.mark.parametrize("limit", list(_SMEM_LIMITS))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("D", [128, 256])
+def test_smem_limit_ragged(rng, monkeypatch, limit, dtype, D):
+    Hq, Hkv = 4, 2
+    lq, lk = [37, 0, 90], [50, 64, 120]
+    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q, do = rand(rng, (cq[-1], Hq, D), dtype), rand(rng, (cq[-1], Hq, D), dtype)
+    k, v = rand(rng, (ck[-1], Hkv, D), dtype), rand(rng, (ck[-1], Hkv, D), dtype)
+    kw = dict(causal=True, sink_tokens=2)
+    lens = [19, 70, 33]
+    kc, vc, table = _paged(rng, 3, lens, 16, Hkv, D, dtype)
+    qk = rand(rng, (3, 4, Hq, D), dtype)
+
+    def run(backend):
+        o, lse = flashc.attention_varlen(q, k, v, cq, ck, return_lse=True, backend=backend, **kw)
+        g = flashc.attention_varlen_backward(do, q, k, v, o, lse, cq, ck, backend=backend, **kw)
+        ok = flashc.attention_with_kvcache(qk, kc, vc, cache_seqlens=np.array(lens, np.int32),
+                                           block_table=table, backend=backend, causal=True)
+        return [np.asarray(x) for x in (o, lse) + tuple(g) + (ok,)]
+    cpu = run("cpu")
+    monkeypatch.setenv("FLASHC_CUDA_SMEM_LIMIT", str(_SMEM_LIMITS[limit]))
+    got = run("cuda")
+    for name, a, r in zip(("o", "lse", "dq", "dk", "dv", "kvcache o"), got, cpu):
+        fin = np.isfinite(r)
+        assert (np.isfinite(a) == fin).all(), "%s: non-finite where the CPU result is finite" % name
+        e = _rel_l2(a[fin], r[fin])
+        assert e <= _SMEM_TOL[dtype], "%s rel-L2 vs CPU %.3g" % (name, e)
+
+
+@pytest.mark.parametrize("limit,D", [(101376, 128), (166912, 256)], ids=["99KB-D128", "163KB-D256"])
+def test_smem_limit_picks_tensor_cores(rng, monkeypatch, limit, D):
+    # A 99 KB GPU (sm_86/89) must still run the bf16 D = 128 backward on
+    # tensor cores, and an A100 (163 KB) the D = 256 one (the single-buffered
+    # instances), not the generic kernels.
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    q, k, v, do = (rand(rng, (1, 256, 4, D), "bfloat16") for _ in range(4))
+    monkeypatch.setenv("FLASHC_CUDA_SMEM_LIMIT", str(limit))
+    monkeypatch.setenv("FLASHC_CUDA_KERNEL", "mma")
+    _dense_fwd_bwd(q, k, v, do, None, dict(causal=True))  # warm-up
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _dense_fwd_bwd(q, k, v, do, None, dict(causal=True))
+        torch.cuda.synchronize()
+    names = {e.key for e in prof.key_averages() if e.device_time_total > 0}
+    assert any("bwd_dkdv_kernel" in n and "fcc_bwd_dkdv_kernel" not in n for n in names), sorted(names)
+    assert any("attn_fwd_tc_kernel" in n for n in names), sorted(names)
+    assert not any("fcc_bwd_dkdv_kernel" in n or "fcc_attn_fwd_kernel" in n for n in names), sorted(names)
+

@@ -1066,6 +1066,8 @@ BAD_KNOBS = [
     ("FLASHC_CPU_DECODE_ROWS", "-3", "a non-negative integer"),
     ("FLASHC_CPU_BWD", "twopas", "twopass"),
     ("FLASHC_CUDA_KERNEL", "wgmma", "generic, mma"),
+    ("FLASHC_CUDA_SMEM_LIMIT", "99k", "a non-negative integer (bytes)"),
+    ("FLASHC_CUDA_SMEM_LIMIT", "-1", "a non-negative integer (bytes)"),
     ("FLASHC_WSUM_VARIANT", "2", "0, 1"),
 ]
 
@@ -1094,7 +1096,7 @@ def test_unknown_knob_value_other_ops(monkeypatch, var, value, accepted):
 @pytest.mark.parametrize("var,value", [("FLASHC_CPU_ISA", "scalar"), ("FLASHC_CPU_ISA", ""),
                                        ("FLASHC_CPU_BF16", "0"), ("FLASHC_CPU_DECODE_ROWS", "999"),
                                        ("FLASHC_CPU_BWD", "twopass"), ("FLASHC_CUDA_KERNEL", "mma"),
-                                       ("FLASHC_WSUM_VARIANT", "1")])
+                                       ("FLASHC_CUDA_SMEM_LIMIT", "49152"), ("FLASHC_WSUM_VARIANT", "1")])
 def test_known_knob_values_accepted(monkeypatch, var, value):
     q, k, v = qkv()
     monkeypatch.setenv(var, value)

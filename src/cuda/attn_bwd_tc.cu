@@ -77,21 +77,27 @@ static_assert(BN == BQ, "the staged dS tiles of both kernels share the pitch LDS
 /* Column slices of a head row for padded head dim HD (see above). */
 constexpr int col_slices(int HD) { return HD > 128 ? 2 : 1; }
 
-/* Shared memory (bytes) of the dK/dV kernel: K, V, 2×Q, 2×dO tiles of T,
+/* Shared memory (bytes) of the dK/dV kernel: K, V, NB×Q, NB×dO tiles of T,
  * the staged dSᵀ (atomic dQ or wide heads) and Pᵀ (wide heads), 2×(L, Δ)
  * fp32, 2× the tile's score modifiers (fc_score_modf, padded to 4 floats);
- * and of the dQ kernel: Q, dO, 2×K, 2×V, the staged dS (wide heads).
+ * and of the dQ kernel: Q, dO, NB×K, NB×V, the staged dS (wide heads).
+ * NB: the streamed tiles' buffers, 2 (the next tile loads under this one's
+ * products) or 1 (GPUs with less shared memory: load after the products).
  * rag: the key-row tables of the ragged kernels (attn_ragged.cuh): K and V
- * of the block (dK/dV), of both buffers (dQ). */
-constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false) {
-    return ((size_t)(2 * BK + 4 * BQ) * (HD + 8) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
+ * of the block (dK/dV), of each buffer (dQ). */
+constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false, int nb = 2) {
+    return ((size_t)(2 * BK + 2 * nb * BQ) * (HD + 8) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
             (col_slices(HD) > 1 ? BK * LDS : 0)) * 2 +
            (4 * BQ + 8) * sizeof(float) + (rag ? 2 * BK * sizeof(int64_t) : 0);
 }
-constexpr size_t dq_smem(int HD, bool rag = false) {
-    return ((size_t)(2 * BM + 4 * BN) * (HD + 8) + (col_slices(HD) > 1 ? BM * LDS : 0)) * 2 +
-           (rag ? 4 * BN * sizeof(int64_t) : 0);
+constexpr size_t dq_smem(int HD, bool rag = false, int nb = 2) {
+    return ((size_t)(2 * BM + 2 * nb * BN) * (HD + 8) + (col_slices(HD) > 1 ? BM * LDS : 0)) * 2 +
+           (rag ? 2 * nb * BN * sizeof(int64_t) : 0);
 }
+/* Single-buffered instances exist for the head dims where they decide
+ * whether a GPU runs tensor cores at all: HD 128 at 99 KB (sm_86/89), HD
+ * 192/256 at 163 KB (sm_80). */
+constexpr bool has_nb1(int HD) { return HD >= 128; }
 
 /* Rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch HD + 8
  * (tc_common.cuh: load_rows), by this CTA's NT threads. */
@@ -236,7 +242,7 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
 /* --------------------------------------------------------- 3. dK / dV */
 /* RAG: ragged problems (attn_ragged.cuh): B sequences, nkb key blocks of the
  * longest; K/V through key-row tables tK, tV. */
-template <typename T, int HD, bool ATOMIC, int V, bool RAG>
+template <typename T, int HD, bool ATOMIC, int V, bool RAG, int NB = 2>
 __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
     bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int nkb, const float *Lb, const float *Db, float *dQacc) {
     constexpr int LD = HD + 8;
@@ -248,12 +254,13 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     constexpr int KQ = BQ / 16;     /* k16 chunks of the query rows */
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
     static_assert(!(ATOMIC && CS > 1), "wide heads: deterministic dQ kernel only");
+    static_assert(NB == 2 || (NB == 1 && !ATOMIC), "buffers of the streamed Q/dO tiles");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw); /* [BK][LD] */
     T *sV = sK + BK * LD;                    /* [BK][LD] */
-    T *sQ = sV + BK * LD;                    /* [2][BQ][LD] */
-    T *sdO = sQ + 2 * BQ * LD;               /* [2][BQ][LD] */
-    T *sdS = sdO + 2 * BQ * LD;              /* [BK][LDS], ATOMIC or CS > 1 */
+    T *sQ = sV + BK * LD;                    /* [NB][BQ][LD] */
+    T *sdO = sQ + NB * BQ * LD;              /* [NB][BQ][LD] */
+    T *sdS = sdO + NB * BQ * LD;             /* [BK][LDS], ATOMIC or CS > 1 */
     T *sP = sdS + (ATOMIC || CS > 1 ? BK * LDS : 0);                           /* [BK][LDS], CS > 1 */
     float *sL = reinterpret_cast<float *>(sP + (CS > 1 ? BK * LDS : 0));      /* [2][BQ] */
     float *sDl = sL + 2 * BQ;                                                  /* [2][BQ] */
@@ -361,11 +368,13 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
 
     const int key0 = n0 + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
     for (int it = 0; it < n_iter; ++it) {
-        const int buf = it & 1;
+        const int buf = NB == 2 ? it & 1 : 0;
         cp_async_wait<0>();
         __syncthreads(); /* tile `it` landed for all; everyone is done with buf^1 */
-        if (it + 1 < n_iter) issue(it + 1, buf ^ 1);
-        cp_async_commit();
+        if constexpr (NB == 2) {
+            if (it + 1 < n_iter) issue(it + 1, buf ^ 1);
+            cp_async_commit();
+        }
 
         int h, i0, iend;
         tile_of(it, h, i0, iend);
@@ -453,6 +462,11 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
                 : masked_chunks<BK / 16>(vis_of(mask, w0, Sq), vis_of(mask, min(w0 + 15, iend - 1), Sq), n0);
             dq_atomic_add<T, HD>(dQacc + row * HD, smem_u32(sdS), sKa, bt_off, i0, iend, warp, lane, san);
         }
+        if constexpr (NB == 1) { /* the one buffer takes the next tile once everyone is done with it */
+            __syncthreads();
+            if (it + 1 < n_iter) issue(it + 1, 0);
+            cp_async_commit();
+        }
     }
     cp_async_wait<0>(); /* nothing may still be in flight at exit */
 
@@ -482,7 +496,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
 /* RAG: ragged problems (attn_ragged.cuh): B sequences, nqb query blocks of
  * the longest; K/V through key-row tables, one per K/V buffer, each filled
  * one iteration (barrier) ahead of its load. */
-template <typename T, int HD, int V, bool RAG>
+template <typename T, int HD, int V, bool RAG, int NB = 2>
 __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
     bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb, const float *Db) {
     constexpr int LD = HD + 8;
@@ -494,11 +508,11 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw); /* [BM][LD] */
     T *sdO = sQ + BM * LD;                   /* [BM][LD] */
-    T *sK = sdO + BM * LD;                   /* [2][BN][LD] */
-    T *sV = sK + 2 * BN * LD;                /* [2][BN][LD] */
-    T *sdS = sV + 2 * BN * LD;               /* [BM][LDS], CS > 1 */
-    int64_t *tK = reinterpret_cast<int64_t *>(sdS + (CS > 1 ? BM * LDS : 0)); /* RAG: [2][BN] key-row offsets per K buffer */
-    int64_t *tV = tK + 2 * BN;                                   /* RAG: [2][BN] ... per V buffer */
+    T *sK = sdO + BM * LD;                   /* [NB][BN][LD] */
+    T *sV = sK + NB * BN * LD;               /* [NB][BN][LD] */
+    T *sdS = sV + NB * BN * LD;              /* [BM][LDS], CS > 1 */
+    int64_t *tK = reinterpret_cast<int64_t *>(sdS + (CS > 1 ? BM * LDS : 0)); /* RAG: [NB][BN] key-row offsets per K buffer */
+    int64_t *tV = tK + NB * BN;                                  /* RAG: [NB][BN] ... per V buffer */
 
     const fc_attn &a = p.a;
     const int tid = threadIdx.x, lane = tid & 31;
@@ -563,10 +577,10 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
                          p.D, p.vec16, tid);
     load_tile<T, HD, BM, NTC>(sdO, static_cast<const T *>(a.dout) + fc_attn_row_offset(&s, a.sdo, 0, h), a.sdo[1], m0,
                          Sq, p.D, p.vec16, tid);
-    if constexpr (RAG) { /* the tables of the first two tiles */
+    if constexpr (RAG) { /* the tables of the first two tiles (NB = 1: of the first) */
         if (kt.first < kt.b1) {
             kv_rows(kt.first, 0);
-            if (kt.next(kt.first) < kt.b1) kv_rows(kt.next(kt.first), 1);
+            if (NB == 2 && kt.next(kt.first) < kt.b1) kv_rows(kt.next(kt.first), 1);
         }
         __syncthreads();
     }
@@ -584,16 +598,18 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_dq[j][e] = 0.f;
 
-    for (int t = kt.first, buf = 0; t < kt.b1; t = kt.next(t), buf ^= 1) {
+    for (int t = kt.first, buf = 0; t < kt.b1; t = kt.next(t), buf = NB == 2 ? buf ^ 1 : 0) {
         cp_async_wait<0>();
         __syncthreads();
         const int tn = kt.next(t);
-        if (tn < kt.b1) load_kv(tn, buf ^ 1);
-        cp_async_commit();
-        /* RAG: buffer buf's tables were read by tile t's load, before the
-         * barrier above; they take the tile after tn, loaded next iteration. */
-        if constexpr (RAG) {
-            if (tn < kt.b1 && kt.next(tn) < kt.b1) kv_rows(kt.next(tn), buf);
+        if constexpr (NB == 2) {
+            if (tn < kt.b1) load_kv(tn, buf ^ 1);
+            cp_async_commit();
+            /* RAG: buffer buf's tables were read by tile t's load, before the
+             * barrier above; they take the tile after tn, loaded next iteration. */
+            if constexpr (RAG) {
+                if (tn < kt.b1 && kt.next(tn) < kt.b1) kv_rows(kt.next(tn), buf);
+            }
         }
         const int n0 = t * BN;
         const uint32_t sKa = smem_u32(sK + buf * BN * LD), sVa = smem_u32(sV + buf * BN * LD);
@@ -627,6 +643,17 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         } else {
             if (san) tile_ab<T, HD, BN / 16, true>(acc_dq, da, sKa, bt_off, san);
             else tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off);
+        }
+        if constexpr (NB == 1) { /* the one buffer (and its tables) take tile tn once everyone is done */
+            __syncthreads();
+            if (tn < kt.b1) {
+                if constexpr (RAG) {
+                    kv_rows(tn, 0);
+                    __syncthreads();
+                }
+                load_kv(tn, 0);
+            }
+            cp_async_commit();
         }
     }
     cp_async_wait<0>();
@@ -671,18 +698,49 @@ static int padded_hd(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 
  * measured faster (H100, bf16: HD ≤ 64 at S = 4k, +1–5 %); at HD = 128 and
  * at S = 1k the separate dQ kernel was faster (benchmarks/NOTES.md). */
 static bool use_atomic(const fcc_attn &p) {
-    return p.a.deterministic == 0 && padded_hd(p.D) <= 64 && p.Sk >= 2048;
+    return p.a.deterministic == 0 && padded_hd(p.D) <= 64 && p.Sk >= 2048 &&
+           dkdv_smem(padded_hd(p.D), true, fc_attn_is_ragged(&p.a)) <= (size_t)p.dev.smem_optin;
+}
+
+/* Buffers of the streamed tiles (dkdv_smem) the plan's shared-memory limit
+ * takes for the deterministic kernels: 2, 1 (has_nb1), or 0 (none fits). */
+static int bwd_nbuf(const fcc_attn &p) {
+    const int HD = padded_hd(p.D);
+    const bool rag = fc_attn_is_ragged(&p.a);
+    const size_t lim = (size_t)p.dev.smem_optin;
+    if (std::max(dkdv_smem(HD, false, rag), dq_smem(HD, rag)) <= lim) return 2;
+    if (has_nb1(HD) && std::max(dkdv_smem(HD, false, rag, 1), dq_smem(HD, rag, 1)) <= lim) return 1;
+    return 0;
+}
+
+/* The deterministic kernels (dK/dV, then dQ) with NB buffers. */
+template <typename T, int HD, int V, bool RAG, int NB>
+static flashc_status run_bwd_det(const fcc_attn &p, const float *Lb, const float *Db) {
+    cudaStream_t st = fcc_stream(p.a.stream);
+    const int nkb = (p.Sk + BK - 1) / BK;
+    const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
+    auto kern = bwd_dkdv_kernel<T, HD, false, V, RAG, NB>;
+    constexpr size_t smem_kv = dkdv_smem(HD, false, RAG, NB), smem_q = dq_smem(HD, RAG, NB);
+    FCC_TRY(fcc_set_smem((const void *)kern, smem_kv, "attn_bwd_tc (dK/dV)"));
+    kern<<<gk, NT * col_slices(HD), smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
+    FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
+    auto kq = bwd_dq_kernel<T, HD, V, RAG, NB>;
+    FCC_TRY(fcc_set_smem((const void *)kq, smem_q, "attn_bwd_tc (dQ)"));
+    const int nqb = (p.Sq + BM - 1) / BM;
+    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT * col_slices(HD), smem_q, st>>>(p, nqb, Lb, Db);
+    FCC_CHECK_LAUNCH("bwd_dq_kernel");
+    return FLASHC_OK;
 }
 
 /* RAG (attn_ragged.cuh): the grids run over the B sequences and the longest
  * one's blocks; the kernels add their key-row tables to shared memory. */
 template <typename T, int HD, int V, bool RAG>
 static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db, float *dQacc) {
-    cudaStream_t st = fcc_stream(p.a.stream);
-    const int nkb = (p.Sk + BK - 1) / BK;
-    const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
     if constexpr (HD <= 64) { /* the atomic path exists only where it is used */
         if (dQacc) {
+            cudaStream_t st = fcc_stream(p.a.stream);
+            const int nkb = (p.Sk + BK - 1) / BK;
+            const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
             const fcc_rowbuf rb = fcc_rowbuf_of(p.a);
             const int64_t nrows = rb.nb * p.Hq * rb.nq;
             FCC_CHECK(cudaMemsetAsync(dQacc, 0, (size_t)nrows * HD * sizeof(float), st));
@@ -698,17 +756,10 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
             return FLASHC_OK;
         }
     }
-    auto kern = bwd_dkdv_kernel<T, HD, false, V, RAG>;
-    constexpr size_t smem_kv = dkdv_smem(HD, false, RAG), smem_q = dq_smem(HD, RAG);
-    FCC_TRY(fcc_set_smem((const void *)kern, smem_kv, "attn_bwd_tc (dK/dV)"));
-    kern<<<gk, NT * col_slices(HD), smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
-    FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
-    auto kq = bwd_dq_kernel<T, HD, V, RAG>;
-    FCC_TRY(fcc_set_smem((const void *)kq, smem_q, "attn_bwd_tc (dQ)"));
-    const int nqb = (p.Sq + BM - 1) / BM;
-    kq<<<(unsigned)((int64_t)nqb * p.Hq * p.a.B), NT * col_slices(HD), smem_q, st>>>(p, nqb, Lb, Db);
-    FCC_CHECK_LAUNCH("bwd_dq_kernel");
-    return FLASHC_OK;
+    if constexpr (has_nb1(HD)) {
+        if (bwd_nbuf(p) == 1) return run_bwd_det<T, HD, V, RAG, 1>(p, Lb, Db);
+    }
+    return run_bwd_det<T, HD, V, RAG, 2>(p, Lb, Db);
 }
 
 template <typename T>
@@ -753,11 +804,8 @@ bool fcc_bwd_mma_supports(const fcc_attn &p) {
     if ((rb.nb * a.Hq * rb.nq + 7) / 8 > gmax || ((a.Sk + BK - 1) / BK) * a.Hkv * a.B > gmax ||
         ((a.Sq + BM - 1) / BM) * a.Hq * a.B > gmax)
         return false;
-    const int HD = padded_hd(p.D);
-    const bool rag = fc_attn_is_ragged(&a);
-    const size_t smem = use_atomic(p) ? dkdv_smem(HD, true, rag)
-                                      : std::max(dkdv_smem(HD, false, rag), dq_smem(HD, rag));
-    return smem <= (size_t)p.dev.smem_optin;
+    /* Shared memory: the plan's limit (fcc_device::smem_optin) takes some instance. */
+    return use_atomic(p) || bwd_nbuf(p) > 0;
 }
 
 flashc_status fcc_bwd_mma_run(const fcc_attn &p) {

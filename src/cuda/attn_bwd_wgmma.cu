@@ -44,6 +44,9 @@
  *     waits only on blocks launched earlier). Measured price against the
  *     unordered variant: 1–6 % of the kernel (benchmarks/NOTES.md).
  *     deterministic = 0: no counters (the order the CTAs come in).
+ *   Heavy key block (Split): the sink keys' block, which every row sees
+ *     under a sliding window, has its tile walk cut into chunks run by
+ *     extra CTAs (partial dK/dV added in chunk order by bwd_kv_combine).
  *   dK·scale and dV are stored from registers at the end. Rows past Sq read
  *     zeros (TMA fill) and get L = +inf: P = dS = 0 there; rows of a tile
  *     that see no key of the block get P = dS = 0 by selection.
@@ -55,6 +58,7 @@
 #include "attn_bwd_tile.cuh"
 #include "attn_wgmma.cuh"
 
+#include <algorithm>
 #include <limits.h>
 #include <math.h>
 
@@ -210,12 +214,26 @@ __device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
     }
 }
 
+/* Heavy key blocks (the sink keys' under a sliding window: every row sees
+ * them, ~S / W times the tiles of any other block): the first nsb blocks of
+ * each (batch, kv head) have their tile walk cut into nc chunks of
+ * consecutive iterations, chunk 0 by the block's own CTA, chunks 1.. by
+ * CTAs appended after the gk regular ones. Each chunk adds its dQ tiles as
+ * usual (every dQ tile still gets one addition per key block, so the
+ * ordering is unchanged) and writes its partial dK, dV (fp32, unscaled) to
+ * part [B, Hkv, nsb, nc][2][BN][HD]; bwd_kv_combine adds the chunks in
+ * order (deterministic). nsb = 0: no split. */
+struct Split {
+    int nsb, nc, gk;
+    float *part;
+};
+
 template <typename T, class K, int V, bool SCRUB>
 __global__ void __launch_bounds__(384, 1)
     bwd_dkdv_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                           const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                           const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
-                          float *dQacc, int *dQsem, const int Sqp, const int order) {
+                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
@@ -243,11 +261,20 @@ __global__ void __launch_bounds__(384, 1)
     const fc_attn &a = p.a;
     const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
-    int vb = blockIdx.x;
-    const int kb = vb % nkb;
-    vb /= nkb;
-    const int hk = vb % p.Hkv;
-    const int b = vb / p.Hkv;
+    int vb = blockIdx.x, kb, hk, b, chunk = 0;
+    if (vb < sp.gk) {
+        kb = vb % nkb;
+        vb /= nkb;
+    } else { /* a chunk ≥ 1 of a heavy block (Split) */
+        vb -= sp.gk;
+        chunk = 1 + vb % (sp.nc - 1);
+        vb /= sp.nc - 1;
+        kb = vb % sp.nsb;
+        vb /= sp.nsb;
+    }
+    hk = vb % p.Hkv;
+    b = vb / p.Hkv;
+    const bool partial = kb < sp.nsb; /* dK, dV of this chunk to sp.part */
     const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
 
     /* The query tiles (BQ rows on the global grid) that hold a row seeing
@@ -269,12 +296,15 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
     }
-    const int n_iter = p.group * ntg;
+    /* This CTA's iterations: all, or its chunk's (Split). */
+    const int n_all = p.group * ntg;
+    const int it_base = partial ? (int)((int64_t)n_all * chunk / sp.nc) : 0;
+    const int n_iter = partial ? (int)((int64_t)n_all * (chunk + 1) / sp.nc) - it_base : n_all;
     /* ORD_ROT (host: every row sees every key, nkb ≤ the tiles): one
      * segment [0, Sq), walked from tile kb on (key_block_ordinal_rot). */
     const bool rot = DQM == DQ_ORDERED && order == ORD_ROT;
     auto tile_of = [&](int it, int &h, int &i0) {
-        const int gi = it / ntg, r = it % ntg;
+        const int gi = (it + it_base) / ntg, r = (it + it_base) % ntg;
         h = hk * p.group + gi;
         i0 = (rot ? (r + kb) % ntg : r < nt0 ? t0a + r : t1a + (r - nt0)) * BQ;
     };
@@ -499,6 +529,21 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
 
+        if (partial) { /* fp32 dK (unscaled), dV of the chunk; rows key0 − n0, + 8 */
+            float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + chunk) * (2 * BN * HD);
+            float *pv = pk + BN * HD;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = key0 + 8 * hf - n0;
+#pragma unroll
+                for (int j = 0; j < HD / 8; ++j) {
+                    const int col = j * 8 + 2 * t4;
+                    *reinterpret_cast<float2 *>(pk + r * HD + col) = make_float2(acc_dk[j][2 * hf], acc_dk[j][2 * hf + 1]);
+                    *reinterpret_cast<float2 *>(pv + r * HD + col) = make_float2(acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1]);
+                }
+            }
+            return;
+        }
         /* Epilogue: dK·scale, dV; keys key0 and key0 + 8. */
         T *dkp = static_cast<T *>(a.dk) + (int64_t)b * a.sdk[0] + (int64_t)hk * a.sdk[2];
         T *dvp = static_cast<T *>(a.dv) + (int64_t)b * a.sdv[0] + (int64_t)hk * a.sdv[2];
@@ -523,6 +568,49 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
 #endif
+}
+
+/* dK·scale, dV of the split blocks (Split): the chunks' partials added in
+ * chunk order. One CTA of HD / 2 threads per key row (b, hk, kb < nsb, r);
+ * with scrub, a key whose K row holds NaN/Inf and that some row sees gets
+ * NaN (as the fused kernel's epilogue). */
+template <typename T, int HD>
+__global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__ fcc_attn p, const Split sp,
+                                                          bool scrub) {
+    constexpr int BN = 128;
+    const fc_attn &a = p.a;
+    int64_t x = blockIdx.x;
+    const int r = (int)(x % BN);
+    x /= BN;
+    const int kb = (int)(x % sp.nsb);
+    x /= sp.nsb;
+    const int hk = (int)(x % p.Hkv);
+    const int64_t b = x / p.Hkv;
+    const int key = kb * BN + r, c = 2 * (int)threadIdx.x;
+    if (key >= p.Sk) return; /* whole CTA */
+    float f = p.scale, fv = 1.f;
+    if (scrub) {
+        const T *kr = static_cast<const T *>(a.k) + b * a.sk[0] + (int64_t)key * a.sk[1] + (int64_t)hk * a.sk[2];
+        bool bad = false;
+        for (int d = threadIdx.x; d < p.D; d += HD / 2) bad |= !isfinite(fcc_type<T>::to(kr[d]));
+        int64_t r0[2], r1[2];
+        if (__syncthreads_or(bad) && fc_key_block_rows(&p.mask, key, key + 1, r0, r1) > 0)
+            f = fv = __int_as_float(0x7fc00000);
+    }
+    if (c >= p.D) return;
+    const float *pk = sp.part + (((b * p.Hkv + hk) * sp.nsb + kb) * sp.nc) * (2 * BN * HD) + r * HD + c;
+    float2 dk = make_float2(0.f, 0.f), dv = dk;
+    for (int ch = 0; ch < sp.nc; ++ch, pk += 2 * BN * HD) {
+        const float2 k2 = *reinterpret_cast<const float2 *>(pk), v2 = *reinterpret_cast<const float2 *>(pk + BN * HD);
+        dk.x += k2.x;
+        dk.y += k2.y;
+        dv.x += v2.x;
+        dv.y += v2.y;
+    }
+    T *dkr = static_cast<T *>(a.dk) + b * a.sdk[0] + (int64_t)key * a.sdk[1] + (int64_t)hk * a.sdk[2];
+    T *dvr = static_cast<T *>(a.dv) + b * a.sdv[0] + (int64_t)key * a.sdv[1] + (int64_t)hk * a.sdv[2];
+    store_pair(dkr, c, p.D, dk.x * f, dk.y * f, p.out_pairs);
+    store_pair(dvr, c, p.D, dv.x * fv, dv.y * fv, p.out_pairs);
 }
 
 /* dq = scale · dQacc (the fused kernel's [B, Hq, Sqp, HD] fp32 buffer, dq_col
@@ -559,12 +647,37 @@ struct DqScratch {
     int Sqp;
 };
 
+/* Query rows that see some key of block kb (of 128 keys). */
+static int64_t block_rows(const fcc_attn &p, int kb) {
+    int64_t r0[2], r1[2];
+    const int n = fc_key_block_rows(&p.mask, (int64_t)kb * 128, std::min((int64_t)kb * 128 + 128, (int64_t)p.Sk), r0, r1);
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) rows += r1[i] - r0[i];
+    return rows;
+}
+/* The heavy block to split (Split): block 0 (the sink keys) when more than
+ * 3× the rows of the middle block see it, cut into as many chunks as make a
+ * chunk about as long as the middle block (at most 32). Only where no CTA
+ * waits on a chunk CTA (appended after every regular one): the ordered
+ * dQ's ORD_DOWN, where block 0 adds last to every tile, or the unordered
+ * dQ — hence block 0 only (a split block 1 would be waited on by block 0). */
+static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm) {
+    Split sp = {0, 1, 0, nullptr};
+    if (nkb < 4 || (dqm == DQ_ORDERED && order != ORD_DOWN)) return sp;
+    const int64_t typ = std::max<int64_t>(block_rows(p, nkb / 2), 64), heavy = block_rows(p, 0);
+    if (heavy <= 3 * typ) return sp;
+    sp.nsb = 1;
+    sp.nc = (int)std::min<int64_t>((heavy + typ - 1) / typ, 32);
+    if ((int64_t)nkb * p.Hkv * p.a.B + (int64_t)(sp.nc - 1) * p.Hkv * p.a.B > INT_MAX) sp.nsb = 0, sp.nc = 1;
+    return sp;
+}
+
 template <typename T, int HD, int V>
 static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
                             const DqScratch &dq) {
     cudaStream_t st = fcc_stream(p.a.stream);
     const int nkb = (p.Sk + 128 - 1) / 128;
-    const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
+    const int64_t gk = (int64_t)nkb * p.Hkv * p.a.B;
     /* SCRUB: only where some row misses some key (as the forward). */
     int64_t se0, lo0, hi0, sel, lol, hil;
     fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
@@ -574,15 +687,32 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
      * (one CTA per SM) for DOWN/ROT; ROT where every row sees every key
      * (one segment [0, Sq) for every block) and no more blocks than tiles. */
     const int order = nkb > p.dev.sm_count ? ORD_UP : !scrub && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_DOWN;
+    Split sp = plan_split(p, nkb, order, dqm);
+    sp.gk = (int)gk;
+    const int64_t grid = gk + (int64_t)sp.nsb * (sp.nc - 1) * p.Hkv * p.a.B;
+    if (sp.nsb > 0) { /* the chunks' partials: stream-ordered scratch, every element written by its chunk */
+        const size_t n = (size_t)p.a.B * p.Hkv * sp.nsb * sp.nc * 2 * 128 * HD;
+        FCC_CHECK(fcc_scratch_alloc((void **)&sp.part, n * sizeof(float), st));
+    }
     auto run_kv = [&](auto traits) -> flashc_status {
         using KK = decltype(traits);
         auto kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         FCC_TRY(fcc_set_smem((const void *)kern, KK::SMEM, "attn_bwd_wgmma (dK/dV)"));
-        kern<<<gk, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp, order);
+        kern<<<(unsigned)grid, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp,
+                                                     order, sp);
         FCC_CHECK_LAUNCH("bwd_dkdv_wgmma_kernel");
+        if (sp.nsb > 0) {
+            bwd_kv_combine<T, HD><<<(unsigned)((int64_t)p.a.B * p.Hkv * sp.nsb * 128), HD / 2, 0, st>>>(p, sp, scrub);
+            FCC_CHECK_LAUNCH("bwd_kv_combine");
+        }
         return FLASHC_OK;
     };
-    FCC_TRY(dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>()));
+    flashc_status s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>());
+    if (sp.part) {
+        const cudaError_t e = fcc_scratch_free(sp.part, st);
+        if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
+    }
+    FCC_TRY(s);
     const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq * (HD / 2) + 255) / 256;
     const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
     bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);

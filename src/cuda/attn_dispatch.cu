@@ -10,6 +10,11 @@
  * mma.sync kernels (attn_bwd_tc.cu, sm_80+), then generic.
  * FLASHC_CUDA_KERNEL (common/knobs.h, read at every call) forces a family:
  * "generic" = the generic kernels only; "mma" = skip the wgmma kernels.
+ * Shared memory: every kernel's supports() (and the generic launchers'
+ * shape choice) compares its need with fcc_device::smem_optin, the device's
+ * opt-in limit capped by FLASHC_CUDA_SMEM_LIMIT: on GPUs with less (sm_86/89:
+ * 99 KB) the plan takes the smaller instances (single-buffered tc backward,
+ * small mma.sync forward tiles, the generic kernels' chunked shapes).
  * Ragged problems (attn_ragged.cuh) take the same plan: every kernel but
  * wgmma runs them; the KV append and the backward's zero rows are passes of
  * attn_ragged.cu around it.
@@ -21,6 +26,12 @@
 #include <atomic>
 #include <stdint.h>
 
+/* The device's opt-in limit, capped by FLASHC_CUDA_SMEM_LIMIT (common/knobs.h). */
+static int smem_cap(int optin) {
+    const long lim = fc_knob_cuda_smem_limit();
+    return lim >= 0 && lim < optin ? (int)lim : optin;
+}
+
 flashc_status fcc_device_query(fcc_device *d) {
     static std::atomic<int> cache_cc[64], cache_sm[64], cache_smem[64]; /* 0 = not asked yet */
     int dev = 0;
@@ -29,7 +40,7 @@ flashc_status fcc_device_query(fcc_device *d) {
     if (dev >= 0 && dev < 64 && cache_cc[dev].load(std::memory_order_relaxed) != 0) {
         d->cc = cache_cc[dev].load(std::memory_order_relaxed);
         d->sm_count = cache_sm[dev].load(std::memory_order_relaxed);
-        d->smem_optin = cache_smem[dev].load(std::memory_order_relaxed);
+        d->smem_optin = smem_cap(cache_smem[dev].load(std::memory_order_relaxed));
         return FLASHC_OK;
     }
     int major = 0, minor = 0, sms = 0, smem = 0;
@@ -39,7 +50,7 @@ flashc_status fcc_device_query(fcc_device *d) {
     FCC_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     d->cc = 10 * major + minor;
     d->sm_count = sms;
-    d->smem_optin = smem;
+    d->smem_optin = smem_cap(smem);
     if (dev >= 0 && dev < 64) {
         cache_sm[dev].store(sms, std::memory_order_relaxed);
         cache_smem[dev].store(smem, std::memory_order_relaxed);

@@ -386,16 +386,35 @@ static int padded_hd(int64_t D) {
  * read from smem feeds two MMAs: measured 295 vs 198 TFLOP/s at HD 128,
  * H100, see benchmarks/NOTES.md); above HD = 64 the Q fragments are re-read
  * from smem each k16 step to stay within 255 registers; HD ≥ 192 keeps one
- * m16 tile. */
-template <class F> static auto with_tile(int HDp, F &&f) {
+ * m16 tile. small (has_small): the shape for GPUs with less shared memory —
+ * one m16 tile per warp, 32-key tiles (HD 128: 34 KB, fits 48 KB; HD 256:
+ * 66 KB, the ragged kernel on a 99 KB sm_86/89). */
+constexpr bool has_small(int HDp) { return HDp == 128 || HDp == 256; }
+template <class F> static auto with_tile(int HDp, bool small, F &&f) {
     switch (HDp) {
     case 32: return f(FwdTraits<32, 4, 2, 64, true>{});
     case 64: return f(FwdTraits<64, 4, 2, 64, true>{});
     case 96: return f(FwdTraits<96, 4, 1, 64, true>{});
-    case 128: return f(FwdTraits<128, 4, 2, 64, false>{});
+    case 128: return small ? f(FwdTraits<128, 4, 1, 32, false>{}) : f(FwdTraits<128, 4, 2, 64, false>{});
     case 192: return f(FwdTraits<192, 4, 1, 64, false>{});
-    default: return f(FwdTraits<256, 4, 1, 64, false>{});
+    default: return small ? f(FwdTraits<256, 4, 1, 32, false>{}) : f(FwdTraits<256, 4, 1, 64, false>{});
     }
+}
+/* Shared memory of shape (HDp, small), dense or ragged (rag). */
+static size_t tile_smem(int HDp, bool small, bool rag) {
+    return with_tile(HDp, small, [&](auto k) {
+        return rag ? smem_bytes<decltype(k), true>() : smem_bytes<decltype(k)>();
+    });
+}
+/* The shape the plan's shared-memory limit takes: 0 = regular, 1 = small,
+ * −1 = none fits (the generic kernel runs). */
+static int tile_fit(const fcc_attn &p) {
+    const int HDp = padded_hd(p.D);
+    const bool rag = fc_attn_is_ragged(&p.a);
+    const size_t lim = (size_t)p.dev.smem_optin;
+    if (tile_smem(HDp, false, rag) <= lim) return 0;
+    if (has_small(HDp) && tile_smem(HDp, true, rag) <= lim) return 1;
+    return -1;
 }
 
 #ifdef FC_TC_EXPERIMENTS
@@ -435,15 +454,11 @@ bool fcc_fwd_mma_supports(const fcc_attn &p) {
     /* m16n8k16 bf16 needs sm_80; ldmatrix/cp.async need contiguous rows of d;
      * positions are int32 inside the kernel. */
     if (p.dev.cc < 80 || a.D < 1 || a.D > 256 || !p.d_contig || !p.fits_int32) return false;
-    const bool rag = fc_attn_is_ragged(&a);
-    const size_t smem = fctc::with_tile(fctc::padded_hd(a.D), [&](auto k) {
-        return rag ? fctc::smem_bytes<decltype(k), true>() : fctc::smem_bytes<decltype(k)>();
-    });
-    return smem <= (size_t)p.dev.smem_optin;
+    return fctc::tile_fit(p) >= 0; /* shared memory: the plan's limit takes a shape */
 }
 
 flashc_status fcc_fwd_mma_run(const fcc_attn &p) {
-    return fctc::with_tile(fctc::padded_hd(p.D), [&](auto k) {
+    return fctc::with_tile(fctc::padded_hd(p.D), fctc::tile_fit(p) == 1, [&](auto k) {
         using K = decltype(k);
         if (p.a.dtype == FLASHC_BF16) return fctc::run_fwd<__nv_bfloat16, K>(p);
         return fctc::run_fwd<__half, K>(p);

@@ -20,19 +20,39 @@
 #include "attn_ragged.cuh"
 #include "attn_score.cuh"
 
+#include <limits.h>
+#include <type_traits>
+
 /* DP: head dim padded up to 32, 64, 128 or 256. Tiles shrink with DP and
  * with fp64 so that the biggest kernel (dK/dV: K, V, Q, dO tiles plus P and
- * dS) stays under the 163 KB an sm_80 block may use. */
-template <class A, int DP> struct fcc_gen_cfg {
+ * dS) stays under the 163 KB an sm_80 block may use. SMALL: the shape for
+ * GPUs with less shared memory (chosen by the host from the plan's limit,
+ * fcc_device::smem_optin): 16 × 16 score tiles, and the Q/K/V/dO tiles hold
+ * a chunk of DC ≤ 64 head dims at a time (NCH chunks, loaded in turn for
+ * each product; the output rows stay whole in registers): ≤ 38 KB at fp64
+ * D = 256, so every problem runs on a 48 KB GPU. Regular: DC = DP, the tiles
+ * stay resident for their loop. */
+template <class A, int DP, bool SMALL = false> struct fcc_gen_cfg {
     static constexpr bool dbl = sizeof(A) == 8;
-    static constexpr int BM = dbl ? (DP >= 256 ? 16 : DP >= 128 ? 32 : 64) : (DP >= 256 ? 32 : 64);
-    static constexpr int BN = dbl ? (DP >= 256 ? 16 : 32) : (DP >= 128 ? 32 : 64);
+    static constexpr int BM = SMALL ? 16 : dbl ? (DP >= 256 ? 16 : DP >= 128 ? 32 : 64) : (DP >= 256 ? 32 : 64);
+    static constexpr int BN = SMALL ? 16 : dbl ? (DP >= 256 ? 16 : 32) : (DP >= 128 ? 32 : 64);
     static constexpr int THREADS = 256;
-    static constexpr int RM = BM / 16, RN = BN / 16, CD = DP / 16;
-    static constexpr int LD = DP + 1; /* padded row of a Q/K/V/dO tile */
+    static constexpr int DC = SMALL && DP > 64 ? 64 : DP; /* head dims a tile holds */
+    static constexpr int NCH = DP / DC;                   /* chunks of a head row */
+    static constexpr int RM = BM / 16, RN = BN / 16, CD = DP / 16, CC = DC / 16;
+    static constexpr int LD = DC + 1; /* padded row of a Q/K/V/dO tile */
     static constexpr int LP = BN + 1; /* padded row of a P/dS tile */
-    static_assert(BM % 16 == 0 && BN % 16 == 0 && DP % 16 == 0, "tile shapes");
+    static_assert(BM % 16 == 0 && BN % 16 == 0 && DP % 16 == 0 && DP % DC == 0, "tile shapes");
 };
+
+/* f(std::integral_constant<int, I>) for I = 0 .. N−1 (chunk loops whose
+ * index selects registers). */
+template <int N, int I = 0, class F> __device__ __forceinline__ void fcc_static_for(F &&f) {
+    if constexpr (I < N) {
+        f(std::integral_constant<int, I>{});
+        fcc_static_for<N, I + 1>(f);
+    }
+}
 
 /* Loads rows [0, nrows) × dims [0, D) of a [rows, D] view into
  * sm[ROWS][DP+1], zero-filling the rest so padded rows contribute 0 (never
@@ -60,6 +80,17 @@ template <class T, int DP, int ROWS, class A>
 __device__ __forceinline__ void fcc_load_tile_tbl(A *sm, const T *__restrict__ base, const int64_t *tbl,
                                                   int64_t dstride, int nrows, int D) {
     fcc_load_tile_at<T, DP, ROWS>(sm, base, [=](int r) { return tbl[r]; }, dstride, nrows, D);
+}
+
+/* Head dims [c0, c0 + DC) of the nj key rows from j0 of K or V (x = a.k or
+ * a.v, strides st) into sm[BN][DC + 1]: dense, row j at dense + j·st[1]
+ * (dense = x at the block's batch and kv head); RAG, through the tile's
+ * key-row table tbl (fcc_kv_rows). */
+template <class T, int DC, int BN, bool RAG, class A>
+__device__ __forceinline__ void fcc_load_key_chunk(A *sm, const T *x, const T *dense, const int64_t *tbl,
+                                                   const int64_t *st, int64_t j0, int nj, int c0, int D) {
+    if constexpr (RAG) fcc_load_tile_tbl<T, DC, BN>(sm, x + c0 * st[3], tbl, st[3], nj, D - c0);
+    else fcc_load_tile<T, DC, BN>(sm, dense + j0 * st[1] + c0 * st[3], st[1], st[3], nj, D - c0);
 }
 
 /* The query block of a forward / dQ block: blockIdx.x = (b·Hq + h)·nqb +
@@ -133,24 +164,27 @@ template <int V, class A, class M> __device__ __forceinline__ A fcc_gen_score(co
 }
 
 /* acc_i += Σ_j P_ij x_j over the tile's nj keys (P [BM][LP], X [BN][LD] in
- * shared memory), in key order: rows ty + 16r, dims tx + 16c. The forward's
- * O += P·V and the backward's dQ += dS·K. SKIP0 (tiles some row cannot wholly
- * see, fcc_tile_all_visible): zero P entries are skipped, so that a NaN/Inf
- * in a key a row cannot see never reaches it (0·NaN = NaN; flashc.h). */
-template <class A, int RM, int CD, int LD, int LP, bool SKIP0 = false>
+ * shared memory), in key order: rows ty + 16r, dims tx + 16c of X into
+ * acc[r][C0 + c], c < CW (a chunk of the head row: CW = CD, C0 = 0 when X
+ * holds it all). The forward's O += P·V and the backward's dQ += dS·K. SKIP0
+ * (tiles some row cannot wholly see, fcc_tile_all_visible): zero P entries
+ * are skipped, so that a NaN/Inf in a key a row cannot see never reaches it
+ * (0·NaN = NaN; flashc.h). */
+template <class A, int RM, int CD, int LD, int LP, bool SKIP0 = false, int CW = CD, int C0 = 0>
 __device__ __forceinline__ void fcc_tile_acc_pv(const A *Ps, const A *Xs, int nj, int ty, int tx,
                                                 A (&acc)[RM][CD]) {
+    static_assert(C0 + CW <= CD, "chunk inside the head row");
     for (int jj = 0; jj < nj; ++jj) {
-        A pr[RM], xv[CD];
+        A pr[RM], xv[CW];
 #pragma unroll
         for (int r = 0; r < RM; ++r) pr[r] = Ps[(ty + 16 * r) * LP + jj];
 #pragma unroll
-        for (int c = 0; c < CD; ++c) xv[c] = Xs[jj * LD + tx + 16 * c];
+        for (int c = 0; c < CW; ++c) xv[c] = Xs[jj * LD + tx + 16 * c];
 #pragma unroll
         for (int r = 0; r < RM; ++r) {
             if (SKIP0 && pr[r] == A(0)) continue;
 #pragma unroll
-            for (int c = 0; c < CD; ++c) acc[r][c] = fma(pr[r], xv[c], acc[r][c]);
+            for (int c = 0; c < CW; ++c) acc[r][C0 + c] = fma(pr[r], xv[c], acc[r][C0 + c]);
         }
     }
 }
@@ -161,11 +195,36 @@ __device__ __forceinline__ bool fcc_tile_all_visible(const fc_mask &m, int64_t i
     fc_visible_keys(&m, i0 + (ni > 0 ? ni - 1 : 0), &sb, &lb, &hb);
     return FC_TILE_FULL(sa, lb, ha, j0, j0 + nj);
 }
-template <class A, int RM, int CD, int LD, int LP>
+template <class A, int RM, int CD, int LD, int LP, int CW = CD, int C0 = 0>
 __device__ __forceinline__ void fcc_tile_acc_pv_masked(bool all_visible, const A *Ps, const A *Xs, int nj, int ty,
                                                        int tx, A (&acc)[RM][CD]) {
-    if (all_visible) fcc_tile_acc_pv<A, RM, CD, LD, LP>(Ps, Xs, nj, ty, tx, acc);
-    else fcc_tile_acc_pv<A, RM, CD, LD, LP, true>(Ps, Xs, nj, ty, tx, acc);
+    if (all_visible) fcc_tile_acc_pv<A, RM, CD, LD, LP, false, CW, C0>(Ps, Xs, nj, ty, tx, acc);
+    else fcc_tile_acc_pv<A, RM, CD, LD, LP, true, CW, C0>(Ps, Xs, nj, ty, tx, acc);
+}
+
+/* Launches a generic kernel (256 threads) over `blocks` CTAs with `smem`
+ * bytes of dynamic shared memory (the attribute set once per kernel): an
+ * error past the grid limit or when the launch fails. */
+template <class Kern, class... Args>
+static flashc_status fcc_gen_launch(Kern kern, int64_t blocks, size_t smem, cudaStream_t st, const char *name,
+                                    Args... args) {
+    FCC_TRY(fcc_set_smem((const void *)kern, smem, name));
+    if (blocks > INT_MAX)
+        return fcc_error(FLASHC_ERR_UNSUPPORTED, "%s: %lld blocks exceed the grid limit", name, (long long)blocks);
+    kern<<<(unsigned)blocks, 256, smem, st>>>(args...);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? FLASHC_OK : fcc_cuda_error(e, __FILE__, __LINE__, name);
+}
+
+/* The generic launchers' shape choice: the regular tiles where the plan's
+ * shared-memory limit (fcc_device::smem_optin) takes them, else SMALL;
+ * bytes(small) → size_t for either. An error when neither fits. */
+template <class F>
+static flashc_status fcc_gen_pick(const fcc_attn &p, size_t regular, size_t small, const char *name, F &&run) {
+    if (regular <= (size_t)p.dev.smem_optin) return run(std::false_type{});
+    if (small <= (size_t)p.dev.smem_optin) return run(std::true_type{});
+    return fcc_error(FLASHC_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory per block, the device (or "
+                     "FLASHC_CUDA_SMEM_LIMIT) allows %d", name, small, p.dev.smem_optin);
 }
 
 /* Round p to the storage type before P·V (F16/BF16, as FlashAttention). */

@@ -105,14 +105,17 @@ __global__ void __launch_bounds__(256) fcc_bwd_dsinks_kernel(const __grid_consta
 /* ------------------------------------------------------ tile helpers */
 /* S = Q Kᵀ and dP = dO Vᵀ for one register tile: rows ty + 16r of Qs/dOs,
  * key columns tx + 16c of Ks/Vs (shared-memory rows of pitch LD), summed
- * over d < D in order. Shared by the dK/dV and the dQ kernels. */
-template <typename A, int RM, int RN, int LD, typename S>
+ * over d < D in order (ZERO = false: added to s, dp — the next chunk of the
+ * head dims). Shared by the dK/dV and the dQ kernels. */
+template <typename A, int RM, int RN, int LD, bool ZERO = true, typename S>
 __device__ __forceinline__ void fcc_tile_s_dp(const S *Qs, const S *dOs, const S *Ks, const S *Vs, int D,
                                               int ty, int tx, A (&s)[RM][RN], A (&dp)[RM][RN]) {
+    if constexpr (ZERO) {
 #pragma unroll
-    for (int r = 0; r < RM; ++r)
+        for (int r = 0; r < RM; ++r)
 #pragma unroll
-        for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
+            for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
+    }
 #pragma unroll 2
     for (int d = 0; d < D; ++d) {
         A qv[RM], ov[RM], kv[RN], vv[RN];
@@ -133,6 +136,25 @@ __device__ __forceinline__ void fcc_tile_s_dp(const S *Qs, const S *dOs, const S
                 s[r][c] = fma(qv[r], kv[c], s[r][c]);
                 dp[r][c] = fma(ov[r], vv[c], dp[r][c]);
             }
+    }
+}
+
+/* ... over the head dims in chunks of DC (the SMALL shapes, fcc_gen_cfg):
+ * s, dp zeroed, then per chunk: a barrier (not before the first: the
+ * caller's ends the previous reads), load(c0) stages the chunk's Q, dO, K
+ * and V tiles, a barrier, the chunk's products. */
+template <typename A, int RM, int RN, int LD, int DC, class Load>
+__device__ __forceinline__ void fcc_tile_s_dp_chunked(const A *Qs, const A *dOs, const A *Ks, const A *Vs, int D,
+                                                      int ty, int tx, A (&s)[RM][RN], A (&dp)[RM][RN], Load &&load) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+#pragma unroll
+        for (int c = 0; c < RN; ++c) s[r][c] = dp[r][c] = A(0);
+    for (int c0 = 0; c0 < D; c0 += DC) {
+        if (c0 > 0) __syncthreads(); /* the previous chunk's reads are done */
+        load(c0);
+        __syncthreads();
+        fcc_tile_s_dp<A, RM, RN, LD, false>(Qs, dOs, Ks, Vs, min(DC, D - c0), ty, tx, s, dp);
     }
 }
 
@@ -170,43 +192,48 @@ __device__ __forceinline__ void fcc_row_p_ds(const fcc_attn &p, const fc_score_p
 
 /* dV_j += Σ_i P_ij dO_i and dK_j += Σ_i dS_ij q_i over the tile's ni query
  * rows (P, dS [BM][LP]; dO, Q [BM][LD] in shared memory), in row order:
- * key rows ty + 16r, dims tx + 16c. dK's scale comes at the end. */
-template <class A, int RN, int CD, int LD, int LP>
+ * key rows ty + 16r, dims tx + 16c of dO/Q into dk/dv[r][C0 + c], c < CW
+ * (a chunk of the head row, fcc_gen_cfg). dK's scale comes at the end. */
+template <class A, int RN, int CD, int LD, int LP, int CW = CD, int C0 = 0>
 __device__ __forceinline__ void fcc_tile_acc_dkdv(const A *Ps, const A *dSs, const A *dOs, const A *Qs, int ni,
                                                   int ty, int tx, A (&dk)[RN][CD], A (&dv)[RN][CD]) {
+    static_assert(C0 + CW <= CD, "chunk inside the head row");
     for (int ii = 0; ii < ni; ++ii) {
-        A pr[RN], dsr[RN], ov[CD], qv[CD];
+        A pr[RN], dsr[RN], ov[CW], qv[CW];
 #pragma unroll
         for (int r = 0; r < RN; ++r) {
             pr[r] = Ps[ii * LP + ty + 16 * r];
             dsr[r] = dSs[ii * LP + ty + 16 * r];
         }
 #pragma unroll
-        for (int c = 0; c < CD; ++c) {
+        for (int c = 0; c < CW; ++c) {
             ov[c] = dOs[ii * LD + tx + 16 * c];
             qv[c] = Qs[ii * LD + tx + 16 * c];
         }
 #pragma unroll
         for (int r = 0; r < RN; ++r)
 #pragma unroll
-            for (int c = 0; c < CD; ++c) {
-                dv[r][c] = fma(pr[r], ov[c], dv[r][c]);
-                dk[r][c] = fma(dsr[r], qv[c], dk[r][c]);
+            for (int c = 0; c < CW; ++c) {
+                dv[r][C0 + c] = fma(pr[r], ov[c], dv[r][C0 + c]);
+                dk[r][C0 + c] = fma(dsr[r], qv[c], dk[r][C0 + c]);
             }
     }
 }
 
 /* --------------------------------------------------------- 3. dK / dV */
 /* RAG: ragged problems (attn_ragged.cuh): blockIdx.x over the B sequences
- * and the longest one's key blocks; K/V through key-row tables. */
-template <class T, int DP, int V, bool RAG>
+ * and the longest one's key blocks; K/V through key-row tables. SMALL
+ * (fcc_gen_cfg): K, V, Q and dO pass through shared memory one chunk of DC
+ * head dims at a time (S and dP over the chunks in order, then dV's and dK's
+ * chunks). */
+template <class T, int DP, int V, bool RAG, bool SMALL>
 __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int64_t nkb,
                                                            const typename fcc_type<T>::acc *Lbuf,
                                                            const typename fcc_type<T>::acc *Dbuf) {
     using A = typename fcc_type<T>::acc;
-    using C = fcc_gen_cfg<A, DP>;
+    using C = fcc_gen_cfg<A, DP, SMALL>;
     constexpr int BM = C::BM, BN = C::BN, RM = C::RM, RN = C::RN, CD = C::CD, LD = C::LD,
-                  LP = C::LP;
+                  LP = C::LP, DC = C::DC, NCH = C::NCH;
     extern __shared__ __align__(16) unsigned char fcc_smem_raw[];
     A *Ks = reinterpret_cast<A *>(fcc_smem_raw); /* [BN][LD] */
     A *Vs = Ks + BN * LD;                         /* [BN][LD] */
@@ -235,17 +262,18 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
     const fcc_seq_parts<RAG> sp(p, sq);
     const fc_mask &mask = sp.mask(p);
 
+    /* Head dims [c0, c0 + DC) of the block's K and V rows into Ks, Vs. */
+    auto load_kv = [&](int c0) {
+        fcc_load_key_chunk<T, DC, BN, RAG>(Ks, (const T *)a.k, (const T *)a.k + b * a.sk[0] + hk * a.sk[2], tK, a.sk,
+                                           j0, nj, c0, D);
+        fcc_load_key_chunk<T, DC, BN, RAG>(Vs, (const T *)a.v, (const T *)a.v + b * a.sv[0] + hk * a.sv[2], tV, a.sv,
+                                           j0, nj, c0, D);
+    };
     if constexpr (RAG) {
         fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
         __syncthreads();
-        fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
-        fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
-    } else {
-        fcc_load_tile<T, DP, BN>(Ks, (const T *)a.k + b * a.sk[0] + j0 * a.sk[1] + hk * a.sk[2],
-                                 a.sk[1], a.sk[3], nj, D);
-        fcc_load_tile<T, DP, BN>(Vs, (const T *)a.v + b * a.sv[0] + j0 * a.sv[1] + hk * a.sv[2],
-                                 a.sv[1], a.sv[3], nj, D);
     }
+    if constexpr (NCH == 1) load_kv(0);
 
     /* The query rows that see some key of [j0, j0 + nj): ≤ 2 row segments. */
     int64_t seg_s[2], seg_e[2];
@@ -266,9 +294,14 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
         for (int sg = 0; sg < nseg; ++sg) {
             for (int64_t i0 = seg_s[sg]; i0 < seg_e[sg]; i0 += BM) {
                 const int ni = (int)min((int64_t)BM, seg_e[sg] - i0);
+                /* Head dims [c0, c0 + DC) of the tile's Q and dO rows into Qs, dOs. */
+                auto load_q_do = [&](int c0) {
+                    fcc_load_tile<T, DC, BM>(Qs, qp + i0 * a.sq[1] + c0 * a.sq[3], a.sq[1], a.sq[3], ni, D - c0);
+                    fcc_load_tile<T, DC, BM>(dOs, dop + i0 * a.sdo[1] + c0 * a.sdo[3], a.sdo[1], a.sdo[3], ni,
+                                             D - c0);
+                };
                 __syncthreads(); /* previous tile fully consumed */
-                fcc_load_tile<T, DP, BM>(Qs, qp + i0 * a.sq[1], a.sq[1], a.sq[3], ni, D);
-                fcc_load_tile<T, DP, BM>(dOs, dop + i0 * a.sdo[1], a.sdo[1], a.sdo[3], ni, D);
+                if constexpr (NCH == 1) load_q_do(0);
                 for (int t = tid; t < BM; t += 256) {
                     Ls[t] = t < ni ? Lbuf[rowbase + i0 + t] : A(0);
                     Ds[t] = t < ni ? Dbuf[rowbase + i0 + t] : A(0);
@@ -277,7 +310,14 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
 
                 /* S, dP → P, dS: rows ty + 16r, key columns tx + 16c */
                 A s[RM][RN], dp[RM][RN];
-                fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
+                if constexpr (NCH == 1) {
+                    fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
+                } else {
+                    fcc_tile_s_dp_chunked<A, RM, RN, LD, DC>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp, [&](int c0) {
+                        load_q_do(c0);
+                        load_kv(c0);
+                    });
+                }
 #pragma unroll
                 for (int r = 0; r < RM; ++r) {
                     const int ir = ty + 16 * r;
@@ -291,9 +331,19 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
                         dSs[ir * LP + tx + 16 * c] = dp[r][c];
                     }
                 }
-                __syncthreads();
-
-                fcc_tile_acc_dkdv<A, RN, CD, LD, LP>(Ps, dSs, dOs, Qs, ni, ty, tx, dk, dv);
+                if constexpr (NCH == 1) {
+                    __syncthreads();
+                    fcc_tile_acc_dkdv<A, RN, CD, LD, LP>(Ps, dSs, dOs, Qs, ni, ty, tx, dk, dv);
+                } else {
+                    fcc_static_for<NCH>([&](auto ch) {
+                        constexpr int c0 = decltype(ch)::value * DC;
+                        if (c0 >= D) return;
+                        __syncthreads(); /* P, dS written; the previous chunk's reads are done */
+                        load_q_do(c0);
+                        __syncthreads();
+                        fcc_tile_acc_dkdv<A, RN, CD, LD, LP, C::CC, c0 / 16>(Ps, dSs, dOs, Qs, ni, ty, tx, dk, dv);
+                    });
+                }
             }
         }
     }
@@ -320,15 +370,16 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
 }
 
 /* ---------------------------------------------------------------- 4. dQ */
-/* RAG: as the forward (attn_generic_fwd.cu). */
-template <class T, int DP, int V, bool RAG>
+/* RAG, SMALL: as the forward (attn_generic_fwd.cu): S and dP over the
+ * chunks of Q, dO, K, V in order, then dQ's chunks. */
+template <class T, int DP, int V, bool RAG, bool SMALL>
 __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__ fcc_attn p, int64_t nqb,
                                                          const typename fcc_type<T>::acc *Lbuf,
                                                          const typename fcc_type<T>::acc *Dbuf) {
     using A = typename fcc_type<T>::acc;
-    using C = fcc_gen_cfg<A, DP>;
+    using C = fcc_gen_cfg<A, DP, SMALL>;
     constexpr int BM = C::BM, BN = C::BN, RM = C::RM, RN = C::RN, CD = C::CD, LD = C::LD,
-                  LP = C::LP;
+                  LP = C::LP, DC = C::DC, NCH = C::NCH;
     extern __shared__ __align__(16) unsigned char fcc_smem_raw[];
     A *Qs = reinterpret_cast<A *>(fcc_smem_raw); /* [BM][LD] */
     A *dOs = Qs + BM * LD;                        /* [BM][LD] */
@@ -350,11 +401,23 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
     const fc_mask &mask = sp.mask(p);
     const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
 
-    fcc_load_tile<T, DP, BM>(Qs, (const T *)a.q + fc_attn_row_offset(&sq, a.sq, i0, h), a.sq[1], a.sq[3], ni, D);
-    fcc_load_tile<T, DP, BM>(dOs, (const T *)a.dout + fc_attn_row_offset(&sq, a.sdo, i0, h), a.sdo[1], a.sdo[3], ni,
-                             D);
+    const T *qp = (const T *)a.q + fc_attn_row_offset(&sq, a.sq, i0, h);
+    const T *dop = (const T *)a.dout + fc_attn_row_offset(&sq, a.sdo, i0, h);
     const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2]; /* dense only */
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
+    /* Head dims [c0, c0 + DC) of the block's Q and dO rows, of the K (V) rows
+     * of the tile at j0. */
+    auto load_q_do = [&](int c0) {
+        fcc_load_tile<T, DC, BM>(Qs, qp + c0 * a.sq[3], a.sq[1], a.sq[3], ni, D - c0);
+        fcc_load_tile<T, DC, BM>(dOs, dop + c0 * a.sdo[3], a.sdo[1], a.sdo[3], ni, D - c0);
+    };
+    auto load_k = [&](int64_t j0, int nj, int c0) {
+        fcc_load_key_chunk<T, DC, BN, RAG>(Ks, (const T *)a.k, kp, tK, a.sk, j0, nj, c0, D);
+    };
+    auto load_v = [&](int64_t j0, int nj, int c0) {
+        fcc_load_key_chunk<T, DC, BN, RAG>(Vs, (const T *)a.v, vp, tV, a.sv, j0, nj, c0, D);
+    };
+    if constexpr (NCH == 1) load_q_do(0);
     const int64_t rowbase = RAG ? fcc_rowbuf_row(a, sq, h, i0) : (b * a.Hq + h) * a.Sq + i0;
 
     int64_t se[RM], lo[RM], hi[RM];
@@ -382,16 +445,21 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
             if constexpr (RAG) {
                 fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
                 __syncthreads();
-                fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
-                fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
-            } else {
-                fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
-                fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
             }
-            __syncthreads();
 
             A s[RM][RN], dp[RM][RN];
-            fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
+            if constexpr (NCH == 1) {
+                load_k(j0, nj, 0);
+                load_v(j0, nj, 0);
+                __syncthreads();
+                fcc_tile_s_dp<A, RM, RN, LD>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp);
+            } else {
+                fcc_tile_s_dp_chunked<A, RM, RN, LD, DC>(Qs, dOs, Ks, Vs, D, ty, tx, s, dp, [&](int c0) {
+                    load_q_do(c0);
+                    load_k(j0, nj, c0);
+                    load_v(j0, nj, c0);
+                });
+            }
 #pragma unroll
             for (int r = 0; r < RM; ++r) {
                 const int ir = ty + 16 * r;
@@ -400,10 +468,21 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
 #pragma unroll
                 for (int c = 0; c < RN; ++c) dSs[ir * LP + tx + 16 * c] = dp[r][c];
             }
-            __syncthreads();
-
-            fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(fcc_tile_all_visible(mask, i0, ni, j0, nj), dSs, Ks, nj, ty,
-                                                      tx, dq); /* dQ += dS K */
+            /* dQ += dS K */
+            const bool all_vis = fcc_tile_all_visible(mask, i0, ni, j0, nj);
+            if constexpr (NCH == 1) {
+                __syncthreads();
+                fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(all_vis, dSs, Ks, nj, ty, tx, dq);
+            } else {
+                fcc_static_for<NCH>([&](auto ch) {
+                    constexpr int c0 = decltype(ch)::value * DC;
+                    if (c0 >= D) return;
+                    __syncthreads(); /* dS written; the previous chunk's K reads are done */
+                    load_k(j0, nj, c0);
+                    __syncthreads();
+                    fcc_tile_acc_pv_masked<A, RM, CD, LD, LP, C::CC, c0 / 16>(all_vis, dSs, Ks, nj, ty, tx, dq);
+                });
+            }
         }
     }
 
@@ -458,40 +537,53 @@ flashc_status fcc_bwd_dsinks_run(const fcc_attn &p, const void *Lbuf, const void
     return FLASHC_OK;
 }
 
+/* Shared memory of the dK/dV kernel (K, V, Q, dO tiles, P, dS, L, Δ, RAG's
+ * key-row tables) and of the dQ kernel (Q, dO, K, V tiles, dS, the tables). */
+template <class A, int DP, bool RAG, bool SMALL> static constexpr size_t fcc_dkdv_generic_smem() {
+    using C = fcc_gen_cfg<A, DP, SMALL>;
+    return (size_t)(2 * C::BN * C::LD + 2 * C::BM * C::LD + 2 * C::BM * C::LP + 2 * C::BM) * sizeof(A) +
+           (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+}
+template <class A, int DP, bool RAG, bool SMALL> static constexpr size_t fcc_dq_generic_smem() {
+    using C = fcc_gen_cfg<A, DP, SMALL>;
+    return (size_t)(2 * C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) +
+           (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+}
+
+template <class T, int DP, int V, bool RAG, bool SMALL>
+static flashc_status fcc_bwd_dkdv_launch(const fcc_attn &p, const typename fcc_type<T>::acc *Lbuf,
+                                         const typename fcc_type<T>::acc *Dbuf) {
+    using C = fcc_gen_cfg<typename fcc_type<T>::acc, DP, SMALL>;
+    const int64_t nkb = (p.a.Sk + C::BN - 1) / C::BN;
+    return fcc_gen_launch(fcc_bwd_dkdv_kernel<T, DP, V, RAG, SMALL>, nkb * p.a.Hkv * p.a.B,
+                          fcc_dkdv_generic_smem<typename fcc_type<T>::acc, DP, RAG, SMALL>(), fcc_stream(p.a.stream),
+                          "attn_bwd_generic (dK/dV)", p, nkb, Lbuf, Dbuf);
+}
+template <class T, int DP, int V, bool RAG, bool SMALL>
+static flashc_status fcc_bwd_dq_launch(const fcc_attn &p, const typename fcc_type<T>::acc *Lbuf,
+                                       const typename fcc_type<T>::acc *Dbuf) {
+    using C = fcc_gen_cfg<typename fcc_type<T>::acc, DP, SMALL>;
+    const int64_t nqb = (p.a.Sq + C::BM - 1) / C::BM;
+    return fcc_gen_launch(fcc_bwd_dq_kernel<T, DP, V, RAG, SMALL>, nqb * p.a.Hq * p.a.B,
+                          fcc_dq_generic_smem<typename fcc_type<T>::acc, DP, RAG, SMALL>(), fcc_stream(p.a.stream),
+                          "attn_bwd_generic (dQ)", p, nqb, Lbuf, Dbuf);
+}
+
+/* Each kernel in the tile shape the plan's shared-memory limit takes (fcc_gen_pick). */
 template <class T, int DP, int V, bool RAG>
 static flashc_status fcc_bwd_generic_launch(const fcc_attn &p, const typename fcc_type<T>::acc *Lbuf,
                                             const typename fcc_type<T>::acc *Dbuf) {
     using A = typename fcc_type<T>::acc;
-    using C = fcc_gen_cfg<A, DP>;
-    const fc_attn &a = p.a;
-    cudaStream_t st = fcc_stream(a.stream);
-    if (a.Sk > 0) {
-        const size_t smem =
-            (size_t)(2 * C::BN * C::LD + 2 * C::BM * C::LD + 2 * C::BM * C::LP + 2 * C::BM) * sizeof(A) +
-            (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
-        auto kern = fcc_bwd_dkdv_kernel<T, DP, V, RAG>;
-        FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dK/dV)"));
-        const int64_t nkb = (a.Sk + C::BN - 1) / C::BN;
-        const int64_t blocks = nkb * a.Hkv * a.B;
-        if (blocks > INT_MAX)
-            return fcc_error(FLASHC_ERR_UNSUPPORTED, "attn_bwd_generic: %lld dK/dV blocks exceed the grid limit",
-                             (long long)blocks);
-        kern<<<(unsigned)blocks, C::THREADS, smem, st>>>(p, nkb, Lbuf, Dbuf);
-        FCC_CHECK_LAUNCH("fcc_bwd_dkdv_kernel");
-    }
-    if (a.Sq > 0) {
-        const size_t smem = (size_t)(2 * C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) +
-                            (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
-        auto kern = fcc_bwd_dq_kernel<T, DP, V, RAG>;
-        FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_generic (dQ)"));
-        const int64_t nqb = (a.Sq + C::BM - 1) / C::BM;
-        const int64_t blocks = nqb * a.Hq * a.B;
-        if (blocks > INT_MAX)
-            return fcc_error(FLASHC_ERR_UNSUPPORTED, "attn_bwd_generic: %lld dQ blocks exceed the grid limit",
-                             (long long)blocks);
-        kern<<<(unsigned)blocks, C::THREADS, smem, st>>>(p, nqb, Lbuf, Dbuf);
-        FCC_CHECK_LAUNCH("fcc_bwd_dq_kernel");
-    }
+    if (p.a.Sk > 0)
+        FCC_TRY(fcc_gen_pick(p, fcc_dkdv_generic_smem<A, DP, RAG, false>(), fcc_dkdv_generic_smem<A, DP, RAG, true>(),
+                             "attn_bwd_generic (dK/dV)", [&](auto small) {
+                                 return fcc_bwd_dkdv_launch<T, DP, V, RAG, decltype(small)::value>(p, Lbuf, Dbuf);
+                             }));
+    if (p.a.Sq > 0)
+        FCC_TRY(fcc_gen_pick(p, fcc_dq_generic_smem<A, DP, RAG, false>(), fcc_dq_generic_smem<A, DP, RAG, true>(),
+                             "attn_bwd_generic (dQ)", [&](auto small) {
+                                 return fcc_bwd_dq_launch<T, DP, V, RAG, decltype(small)::value>(p, Lbuf, Dbuf);
+                             }));
     return FLASHC_OK;
 }
 

@@ -88,14 +88,34 @@ __device__ __forceinline__ void fcc_fwd_softmax_row(const A (&x)[RN], A &m, A &l
     for (int c = 0; c < CD; ++c) o[c] *= alpha;
 }
 
+/* S += Q Kᵀ over dims d < dn for this thread's RM × RN scores: rows
+ * ty + 16r of Qs, key columns tx + 16c of Ks (pitch LD), in d order. */
+template <class A, int RM, int RN, int LD>
+__device__ __forceinline__ void fcc_tile_qk(const A *Qs, const A *Ks, int dn, int ty, int tx, A (&s)[RM][RN]) {
+#pragma unroll 4
+    for (int d = 0; d < dn; ++d) {
+        A qv[RM], kv[RN];
+#pragma unroll
+        for (int r = 0; r < RM; ++r) qv[r] = Qs[(ty + 16 * r) * LD + d];
+#pragma unroll
+        for (int c = 0; c < RN; ++c) kv[c] = Ks[(tx + 16 * c) * LD + d];
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < RN; ++c) s[r][c] = fma(qv[r], kv[c], s[r][c]);
+    }
+}
+
 /* RAG: ragged problems (attn_ragged.cuh): blockIdx.x over the B sequences
- * and the longest one's query blocks; K/V tiles through key-row tables. */
-template <class T, int DP, int V, bool RAG>
+ * and the longest one's query blocks; K/V tiles through key-row tables.
+ * SMALL (fcc_gen_cfg): Q, K and V pass through shared memory one chunk of
+ * DC head dims at a time (S over the chunks in order, then O's chunks). */
+template <class T, int DP, int V, bool RAG, bool SMALL>
 __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant__ fcc_attn p, int64_t nqb) {
     using A = typename fcc_type<T>::acc;
-    using C = fcc_gen_cfg<A, DP>;
+    using C = fcc_gen_cfg<A, DP, SMALL>;
     constexpr int BM = C::BM, BN = C::BN, RM = C::RM, RN = C::RN, CD = C::CD, LD = C::LD,
-                  LP = C::LP;
+                  LP = C::LP, DC = C::DC, NCH = C::NCH;
     extern __shared__ __align__(16) unsigned char fcc_smem_raw[];
     A *Qs = reinterpret_cast<A *>(fcc_smem_raw); /* [BM][LD] */
     A *Ks = Qs + BM * LD;                         /* [BN][LD] */
@@ -119,7 +139,14 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
     const T *qp = (const T *)a.q + fc_attn_row_offset(&sq, a.sq, i0, h);
     const T *kp = (const T *)a.k + b * a.sk[0] + hk * a.sk[2]; /* dense only */
     const T *vp = (const T *)a.v + b * a.sv[0] + hk * a.sv[2];
-    fcc_load_tile<T, DP, BM>(Qs, qp, a.sq[1], a.sq[3], ni, D);
+    if constexpr (NCH == 1) fcc_load_tile<T, DP, BM>(Qs, qp, a.sq[1], a.sq[3], ni, D);
+    /* Head dims [c0, c0 + DC) of the K (V) rows of the tile at j0 into Ks (Vs). */
+    auto load_k = [&](int64_t j0, int nj, int c0) {
+        fcc_load_key_chunk<T, DC, BN, RAG>(Ks, (const T *)a.k, kp, tK, a.sk, j0, nj, c0, D);
+    };
+    auto load_v = [&](int64_t j0, int nj, int c0) {
+        fcc_load_key_chunk<T, DC, BN, RAG>(Vs, (const T *)a.v, vp, tV, a.sv, j0, nj, c0, D);
+    };
 
     int64_t se[RM], lo[RM], hi[RM]; /* this thread's rows ty + 16·r: their visible key ranges */
     fcc_rows_visible(mask, i0, ni, ty, se, lo, hi);
@@ -142,13 +169,7 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
             if constexpr (RAG) {
                 fcc_kv_rows<BN, 256>(tK, tV, a, sq, b, hk, j0, false, tid);
                 __syncthreads();
-                fcc_load_tile_tbl<T, DP, BN>(Ks, (const T *)a.k, tK, a.sk[3], nj, D);
-                fcc_load_tile_tbl<T, DP, BN>(Vs, (const T *)a.v, tV, a.sv[3], nj, D);
-            } else {
-                fcc_load_tile<T, DP, BN>(Ks, kp + j0 * a.sk[1], a.sk[1], a.sk[3], nj, D);
-                fcc_load_tile<T, DP, BN>(Vs, vp + j0 * a.sv[1], a.sv[1], a.sv[3], nj, D);
             }
-            __syncthreads();
 
             /* S = Q Kᵀ for this thread's RM × RN scores */
             A s[RM][RN];
@@ -156,26 +177,40 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
             for (int r = 0; r < RM; ++r)
 #pragma unroll
                 for (int c = 0; c < RN; ++c) s[r][c] = A(0);
-#pragma unroll 4
-            for (int d = 0; d < D; ++d) {
-                A qv[RM], kv[RN];
-#pragma unroll
-                for (int r = 0; r < RM; ++r) qv[r] = Qs[(ty + 16 * r) * LD + d];
-#pragma unroll
-                for (int c = 0; c < RN; ++c) kv[c] = Ks[(tx + 16 * c) * LD + d];
-#pragma unroll
-                for (int r = 0; r < RM; ++r)
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) s[r][c] = fma(qv[r], kv[c], s[r][c]);
+            if constexpr (NCH == 1) {
+                load_k(j0, nj, 0);
+                load_v(j0, nj, 0);
+                __syncthreads();
+                fcc_tile_qk<A, RM, RN, LD>(Qs, Ks, D, ty, tx, s);
+            } else {
+                for (int c0 = 0; c0 < D; c0 += DC) {
+                    __syncthreads(); /* the previous chunk's reads are done */
+                    fcc_load_tile<T, DC, BM>(Qs, qp + c0 * a.sq[3], a.sq[1], a.sq[3], ni, D - c0);
+                    load_k(j0, nj, c0);
+                    __syncthreads();
+                    fcc_tile_qk<A, RM, RN, LD>(Qs, Ks, min(DC, D - c0), ty, tx, s);
+                }
             }
 
             fcc_fwd_logits<V>(s, p, sp.score(p), mod, i0, ty, tx, j0, nj, se, lo, hi);
 #pragma unroll
             for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
-            __syncthreads();
 
-            fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(fcc_tile_all_visible(mask, i0, ni, j0, nj), Ps, Vs, nj, ty,
-                                                      tx, o); /* O += P V */
+            /* O += P V */
+            const bool all_vis = fcc_tile_all_visible(mask, i0, ni, j0, nj);
+            if constexpr (NCH == 1) {
+                __syncthreads();
+                fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(all_vis, Ps, Vs, nj, ty, tx, o);
+            } else {
+                fcc_static_for<NCH>([&](auto ch) {
+                    constexpr int c0 = decltype(ch)::value * DC;
+                    if (c0 >= D) return;
+                    __syncthreads(); /* P written; the previous chunk's V reads are done */
+                    load_v(j0, nj, c0);
+                    __syncthreads();
+                    fcc_tile_acc_pv_masked<A, RM, CD, LD, LP, C::CC, c0 / 16>(all_vis, Ps, Vs, nj, ty, tx, o);
+                });
+            }
         }
     }
 
@@ -199,22 +234,22 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
     }
 }
 
-template <class T, int DP, int V, bool RAG> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
+/* Shared memory of the kernel: Q, K, V tiles, P, RAG's key-row tables. */
+template <class A, int DP, bool RAG, bool SMALL> static constexpr size_t fcc_fwd_generic_smem() {
+    using C = fcc_gen_cfg<A, DP, SMALL>;
+    return (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) + (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
+}
+
+template <class T, int DP, int V, bool RAG, bool SMALL> static flashc_status fcc_launch_fwd(const fcc_attn &p) {
     using A = typename fcc_type<T>::acc;
-    using C = fcc_gen_cfg<A, DP>;
-    const size_t smem = (size_t)(C::BM * C::LD + 2 * C::BN * C::LD + C::BM * C::LP) * sizeof(A) +
-                        (RAG ? 2 * C::BN * sizeof(int64_t) : 0);
-    auto kern = fcc_attn_fwd_kernel<T, DP, V, RAG>;
-    FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_fwd_generic"));
-    const int64_t nqb = (p.a.Sq + C::BM - 1) / C::BM;
-    const int64_t blocks = nqb * p.a.Hq * p.a.B;
-    if (blocks > INT_MAX)
-        return fcc_error(FLASHC_ERR_UNSUPPORTED,
-                         "attn_fwd_generic: %lld blocks (B·Hq·⌈Sq/%d⌉, Sq the longest sequence) exceed the grid limit",
-                         (long long)blocks, C::BM);
-    kern<<<(unsigned)blocks, C::THREADS, smem, fcc_stream(p.a.stream)>>>(p, nqb);
-    FCC_CHECK_LAUNCH("fcc_attn_fwd_kernel");
-    return FLASHC_OK;
+    const int64_t nqb = (p.a.Sq + fcc_gen_cfg<A, DP, SMALL>::BM - 1) / fcc_gen_cfg<A, DP, SMALL>::BM;
+    return fcc_gen_launch(fcc_attn_fwd_kernel<T, DP, V, RAG, SMALL>, nqb * p.a.Hq * p.a.B,
+                          fcc_fwd_generic_smem<A, DP, RAG, SMALL>(), fcc_stream(p.a.stream), "attn_fwd_generic", p, nqb);
+}
+template <class T, int DP, int V, bool RAG> static flashc_status fcc_launch_fwd_fit(const fcc_attn &p) {
+    using A = typename fcc_type<T>::acc;
+    return fcc_gen_pick(p, fcc_fwd_generic_smem<A, DP, RAG, false>(), fcc_fwd_generic_smem<A, DP, RAG, true>(),
+                        "attn_fwd_generic", [&](auto small) { return fcc_launch_fwd<T, DP, V, RAG, decltype(small)::value>(p); });
 }
 
 flashc_status fcc_fwd_generic_run(const fcc_attn &p) {
@@ -224,7 +259,8 @@ flashc_status fcc_fwd_generic_run(const fcc_attn &p) {
     const int mode = fc_score_mode(&p.score);
     const bool rag = fc_attn_is_ragged(&a);
     FCC_DISPATCH_DTYPE(a.dtype, FCC_DISPATCH_DP(a.D, return fcc_score_dispatch<FCC_SCORE_FEW>(mode, [&](auto v) {
-        return rag ? fcc_launch_fwd<T, DP, decltype(v)::value, true>(p) : fcc_launch_fwd<T, DP, decltype(v)::value, false>(p);
+        return rag ? fcc_launch_fwd_fit<T, DP, decltype(v)::value, true>(p)
+                   : fcc_launch_fwd_fit<T, DP, decltype(v)::value, false>(p);
     })));
     return FLASHC_OK;
 }

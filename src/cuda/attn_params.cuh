@@ -26,7 +26,8 @@ struct fcc_device {
     int ordinal;
     int cc;          /* compute capability, 10·major + minor (90 = Hopper) */
     int sm_count;
-    int smem_optin;  /* max dynamic shared memory per block with opt-in, bytes */
+    int smem_optin;  /* max dynamic shared memory per block with opt-in, bytes (capped by
+                        FLASHC_CUDA_SMEM_LIMIT: every plan reads this, never the device) */
 };
 /* Queries (once per ordinal) the current device. */
 flashc_status fcc_device_query(fcc_device *d);

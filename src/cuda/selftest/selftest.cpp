@@ -1198,6 +1198,9 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         {{BF, 1, 100, 2100, 2, 1, 64, 1, 256, -1, 0, false, false, false, false, false, 0.0, false, 0, false}, true},
         /* split-KV decode fwd (Sq ≤ 64, B·Hq < 132 SMs; 80 rows per kv head: MT 2) / tc bwd HD128 */
         {{F, 2, 40, 333, 4, 2, 128, 1, 100, -1, 2, true, false, false, false, false, 0.0, false, 1, false}, false},
+        /* wgmma bwd with key block 0 split over 4 CTAs (sink tokens under a window: every row sees
+         * it; Split in attn_bwd_wgmma.cu) / tc bwd: 600 rows, causal window 30, 2 sink tokens */
+        {{BF, 1, 600, 600, 2, 1, 64, 1, 30, 0, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
         /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
          * 65 rows and 129 keys: one past a tile */
         {{BF, 2, 65, 129, 4, 2, 64, 0, -1, -1, 0, false, false, false, false, true, 0.0, false, 1, false}, false},
@@ -1244,6 +1247,25 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         run_ragged(c, rng, "auto");
         if (!race) run_ragged(c, rng, "generic");
     }
+    /* GPUs with less shared memory per block (FLASHC_CUDA_SMEM_LIMIT): at 99 KB the tc backward
+     * single-buffered (HD 128), the mma fwd's small tiles (ragged HD 256) and the generic
+     * kernels' small tiles; at 48 KB the generic kernels streaming head-dim chunks (F32 D 256,
+     * F64 D 200, BF16 backward at D 192) and the mma fwd's small tiles at HD 128. */
+    const int F32 = FLASHC_F32, F64 = FLASHC_F64;
+    const AttnCase lim_dense[] = {
+        {BF, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 3.0, false, 1, false},
+        {F32, 1, 50, 70, 2, 1, 256, 0, 30, 5, 2, true, false, false, false, false, 0.0, true, 1, false},
+        {F64, 1, 40, 45, 2, 2, 200, 1, -1, -1, 0, true, false, false, false, false, 0.0, false, 1, false},
+        {BF, 1, 33, 70, 2, 1, 192, 0, 20, 20, 1, false, false, false, false, false, 0.0, false, 1, false},
+    };
+    const RagCase lim_rag = {F, RAG_VARLEN, {37, 0, 65}, {50, 5, 100}, 2, 1, 256, 1, -1, -1, 0, true, 0.0, false,
+                             0, 0, 1, 0};
+    for (const char *lim : {"101376", "49152"}) {
+        setenv("FLASHC_CUDA_SMEM_LIMIT", lim, 1);
+        for (const AttnCase &c : lim_dense) run_attn(c, rng, "auto");
+        run_ragged(lim_rag, rng, "auto");
+    }
+    unsetenv("FLASHC_CUDA_SMEM_LIMIT");
 }
 
 /* --------------------------------------------------- weighted row-sum */
