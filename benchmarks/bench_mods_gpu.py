@@ -76,13 +76,13 @@ def flex_peer(B, H, S, D, causal, softcap, alibi):
     return lambda q, k, v: fx(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
-def rows(quick, plain_only):
+def rows(quick, plain_only, softcap=30.0):
     shapes = [(128, 1024, False), (128, 4096, False), (128, 16384, False), (128, 4096, True), (64, 1024, True)]
     if quick:
         shapes = [(128, 1024, False), (128, 4096, False), (128, 4096, True)]
     mods = [("plain", 0.0, False)]
     if not plain_only:
-        mods += [("softcap", 30.0, False), ("alibi", 0.0, True), ("softcap+alibi", 30.0, True)]
+        mods += [("softcap", softcap, False), ("alibi", 0.0, True), ("softcap+alibi", softcap, True)]
     for D, S, causal in shapes:
         for name, cap, alibi in mods:
             yield D, S, causal, name, cap, alibi
@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-bwd", action="store_true")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--softcap", type=float, default=30.0, help="the softcap rows' cap (default 30)")
     args = ap.parse_args()
 
     import flashc.torch as ft
@@ -106,7 +107,7 @@ def main():
     out = []
     print("%-8s %-5s %-6s %-14s %-4s %10s %10s %10s %10s" %
           ("label", "D", "S", "mods", "pass", "flashc", "cuDNN", "FA2", "Flex"))
-    for D, S, causal, name, cap, alibi in rows(args.quick, args.plain_only):
+    for D, S, causal, name, cap, alibi in rows(args.quick, args.plain_only, args.softcap):
         B, H = 16384 // S, 2048 // D
         flop = 4.0 * B * H * S * S * D / (2 if causal else 1)
         q = torch.randn(B, S, H, D, device="cuda", dtype=dt)
