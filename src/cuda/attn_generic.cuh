@@ -216,6 +216,30 @@ static flashc_status fcc_gen_launch(Kern kern, int64_t blocks, size_t smem, cuda
     return e == cudaSuccess ? FLASHC_OK : fcc_cuda_error(e, __FILE__, __LINE__, name);
 }
 
+/* acc += P·X with X staged as C (fcc_gen_cfg) holds it: the forward's
+ * O += P·V and dQ += dS·K. Whole head rows (NCH = 1): X is already in Xs,
+ * one barrier (P written). Chunks: per chunk of DC head dims a barrier (P
+ * written; the previous chunk's reads done), load(c0) stages it into Xs, a
+ * barrier, the chunk's columns of acc. */
+template <class C, class A, class Load>
+__device__ __forceinline__ void fcc_tile_acc_pv_chunked(bool all_visible, const A *Ps, const A *Xs, int nj, int D,
+                                                        int ty, int tx, A (&acc)[C::RM][C::CD], Load &&load) {
+    if constexpr (C::NCH == 1) {
+        __syncthreads();
+        fcc_tile_acc_pv_masked<A, C::RM, C::CD, C::LD, C::LP>(all_visible, Ps, Xs, nj, ty, tx, acc);
+    } else {
+        fcc_static_for<C::NCH>([&](auto ch) {
+            constexpr int c0 = decltype(ch)::value * C::DC;
+            if (c0 >= D) return;
+            __syncthreads();
+            load(c0);
+            __syncthreads();
+            fcc_tile_acc_pv_masked<A, C::RM, C::CD, C::LD, C::LP, C::CC, c0 / 16>(all_visible, Ps, Xs, nj, ty, tx,
+                                                                                 acc);
+        });
+    }
+}
+
 /* The generic launchers' shape choice: the regular tiles where the plan's
  * shared-memory limit (fcc_device::smem_optin) takes them, else SMALL;
  * bytes(small) → size_t for either. An error when neither fits. */

@@ -469,20 +469,8 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
                 for (int c = 0; c < RN; ++c) dSs[ir * LP + tx + 16 * c] = dp[r][c];
             }
             /* dQ += dS K */
-            const bool all_vis = fcc_tile_all_visible(mask, i0, ni, j0, nj);
-            if constexpr (NCH == 1) {
-                __syncthreads();
-                fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(all_vis, dSs, Ks, nj, ty, tx, dq);
-            } else {
-                fcc_static_for<NCH>([&](auto ch) {
-                    constexpr int c0 = decltype(ch)::value * DC;
-                    if (c0 >= D) return;
-                    __syncthreads(); /* dS written; the previous chunk's K reads are done */
-                    load_k(j0, nj, c0);
-                    __syncthreads();
-                    fcc_tile_acc_pv_masked<A, RM, CD, LD, LP, C::CC, c0 / 16>(all_vis, dSs, Ks, nj, ty, tx, dq);
-                });
-            }
+            fcc_tile_acc_pv_chunked<C>(fcc_tile_all_visible(mask, i0, ni, j0, nj), dSs, Ks, nj, D, ty, tx, dq,
+                                       [&](int c0) { load_k(j0, nj, c0); });
         }
     }
 

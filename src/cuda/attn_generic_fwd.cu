@@ -197,20 +197,8 @@ __global__ void __launch_bounds__(256) fcc_attn_fwd_kernel(const __grid_constant
             for (int r = 0; r < RM; ++r) fcc_fwd_softmax_row<T>(s[r], m[r], l[r], o[r], Ps + (ty + 16 * r) * LP, tx);
 
             /* O += P V */
-            const bool all_vis = fcc_tile_all_visible(mask, i0, ni, j0, nj);
-            if constexpr (NCH == 1) {
-                __syncthreads();
-                fcc_tile_acc_pv_masked<A, RM, CD, LD, LP>(all_vis, Ps, Vs, nj, ty, tx, o);
-            } else {
-                fcc_static_for<NCH>([&](auto ch) {
-                    constexpr int c0 = decltype(ch)::value * DC;
-                    if (c0 >= D) return;
-                    __syncthreads(); /* P written; the previous chunk's V reads are done */
-                    load_v(j0, nj, c0);
-                    __syncthreads();
-                    fcc_tile_acc_pv_masked<A, RM, CD, LD, LP, C::CC, c0 / 16>(all_vis, Ps, Vs, nj, ty, tx, o);
-                });
-            }
+            fcc_tile_acc_pv_chunked<C>(fcc_tile_all_visible(mask, i0, ni, j0, nj), Ps, Vs, nj, D, ty, tx, o,
+                                       [&](int c0) { load_v(j0, nj, c0); });
         }
     }
 
