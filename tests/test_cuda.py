@@ -562,7 +562,7 @@ def test_tc_backward_atomic(rng, name, D):
 # Hopper backward splits over several CTAs (Split in attn_bwd_wgmma.cu:
 # partial dK/dV added in chunk order; dQ still one addition per block).
 @pytest.mark.parametrize("det", [True, False])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 def test_backward_split_sink_block(rng, D, det):
     _tc_bwd_case(rng, 1, 1100, 1200, 4, 2, D, "bfloat16", deterministic=det, window=(64, 0),
                  sink_tokens=4)
@@ -584,25 +584,40 @@ def test_tc_backward_atomic_long(rng, kw):
     _tc_bwd_case(rng, 1, 2100, 2200, 2, 1, 64, "bfloat16", deterministic=False, **kw)
 
 
-# Wide heads (128 < D <= 256, padded to 192 / 256): the mma.sync kernels with
-# two column slices per row group (attn_bwd_tc.cu), every case of the sweep.
+# Wide heads (128 < D <= 256): the default kernel (on compute capability 9.0
+# the wgmma backward at HD = 256, 64-key blocks) and the mma.sync kernels
+# with two column slices per row group (attn_bwd_tc.cu, padded to 192 /
+# 256), every case of the sweep.
+_WIDE_KERNELS = pytest.mark.parametrize("kernel", [None, "mma"], ids=["default", "mma"])
+
+
+@_WIDE_KERNELS
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("D", [192, 256])
 @pytest.mark.parametrize("name", list(_TC_BWD_CASES))
-def test_tc_backward_wide(rng, name, D, dtype):
+def test_tc_backward_wide(rng, monkeypatch, name, D, dtype, kernel):
+    if kernel:
+        monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
     B, Sq, Sk, Hq, Hkv, kw = _TC_BWD_CASES[name]
     _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
 
 
+@_WIDE_KERNELS
 @pytest.mark.parametrize("D", [136, 160, 200, 250])
-def test_tc_backward_wide_head_dims(rng, D):
+def test_tc_backward_wide_head_dims(rng, monkeypatch, D, kernel):
+    if kernel:
+        monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
     _tc_bwd_case(rng, 1, 129, 200, 4, 2, D, "bfloat16", causal=True)
     _tc_bwd_case(rng, 1, 129, 200, 4, 2, D, "float16", layout="bhsd", window=(40, 3))
 
 
+@_WIDE_KERNELS
 @pytest.mark.parametrize("causal", [False, True])
-def test_tc_backward_wide_larger(rng, causal):
+def test_tc_backward_wide_larger(rng, monkeypatch, causal, kernel):
+    if kernel:
+        monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
     _tc_bwd_case(rng, 2, 700, 760, 4, 2, 256, "bfloat16", causal=causal)
+    _tc_bwd_case(rng, 1, 700, 760, 4, 2, 256, "bfloat16", deterministic=False, causal=causal)
 
 
 @pytest.mark.parametrize("kernel", [None, "mma", "generic"])
@@ -998,7 +1013,7 @@ _ROBUST_SHAPES = {"window": ((1, 200, 260, 4, 2), dict(causal=True, window=(70, 
 @pytest.mark.parametrize("kernel", _KERNELS, ids=["default", "mma", "generic"])
 @pytest.mark.parametrize("mods", ["plain", "softcap", "both"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("shape", list(_ROBUST_SHAPES))
 def test_score_mods_masked_keys_robust(rng, monkeypatch, shape, kernel, mods, dtype, D):
     """NaN/Inf in keys and values a row cannot see leave that row's o, lse
@@ -1103,20 +1118,41 @@ _WG_BWD_CASES = {
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("D", [32, 64, 96, 128])
+@pytest.mark.parametrize("D", [32, 64, 96, 128, 200, 256])
 @pytest.mark.parametrize("name", list(_WG_BWD_CASES))
 def test_wgmma_backward_cases(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
     _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
 
 
+@pytest.mark.parametrize("D", [64, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_wgmma_backward_many_key_blocks(rng, causal):
-    """More key blocks of one head than SMs (17000 keys: 133 blocks of 128):
-    the deterministic dQ order falls back to increasing key blocks (each
-    block waits only on blocks launched before it); still exact, and
-    bit-identical across runs."""
-    _tc_bwd_case(rng, 1, 150, 17000, 2, 1, 64, "bfloat16", causal=causal)
+def test_wgmma_backward_many_key_blocks(rng, causal, D):
+    """More key blocks of one head than SMs (17000 keys: 133 blocks of 128,
+    266 of 64 at D = 256): the deterministic dQ order falls back to
+    increasing key blocks (each block waits only on blocks launched before
+    it); still exact, and bit-identical across runs."""
+    _tc_bwd_case(rng, 1, 150, 17000, 2, 1, D, "bfloat16", causal=causal)
+
+
+@pytest.mark.parametrize("D", [128, 200, 256])
+def test_wgmma_backward_is_the_default(rng, D):
+    # On compute capability 9.0 the default backward is the wgmma kernel up
+    # to D = 256 (the HD = 256 one with 64-key blocks past 128): the kernel
+    # names the CUDA profiler records.
+    cc = _device_cc()
+    if cc != (9, 0):
+        pytest.skip("wgmma backward runs on compute capability 9.0 only (this device: %s)" % (cc,))
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    q, k, v, do = (rand(rng, (1, 300, 4, D), "bfloat16") for _ in range(4))
+    _dense_fwd_bwd(q, k, v, do, None, dict(causal=True))  # warm-up
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _dense_fwd_bwd(q, k, v, do, None, dict(causal=True))
+        torch.cuda.synchronize()
+    names = {e.key for e in prof.key_averages() if e.device_time_total > 0}
+    want = "bwd_wide_wgmma_kernel" if D > 128 else "bwd_dkdv_wgmma_kernel"
+    assert any(want in n for n in names), sorted(names)
 
 
 # ====================================================================

@@ -228,6 +228,83 @@ struct Split {
     float *part;
 };
 
+/* The CTA's key block, kv head, batch and chunk (Split) from its index:
+ * the gk regular CTAs (key block fastest), then the chunks ≥ 1 of the
+ * heavy blocks. */
+struct BlockId {
+    int kb, hk, b, chunk;
+};
+__device__ __forceinline__ BlockId block_id(int vb, int nkb, int Hkv, const Split &sp) {
+    BlockId id;
+    id.chunk = 0;
+    if (vb < sp.gk) {
+        id.kb = vb % nkb;
+        vb /= nkb;
+    } else { /* a chunk ≥ 1 of a heavy block */
+        vb -= sp.gk;
+        id.chunk = 1 + vb % (sp.nc - 1);
+        vb /= sp.nc - 1;
+        id.kb = vb % sp.nsb;
+        vb /= sp.nsb;
+    }
+    id.hk = vb % Hkv;
+    id.b = vb / Hkv;
+    return id;
+}
+
+/* The query tiles (BQ rows on the global grid) that hold a row seeing some
+ * key of [n0, n1): the ≤ 2 row segments of fc_key_block_rows, cut on the
+ * grid, a tile shared by both counted once; iterations: the GQA group's
+ * heads × the tiles, all of them or the CTA's chunk (Split). Rows of a
+ * tile that see no key of the block get P = dS = 0 by selection. rot
+ * (ORD_ROT): one segment [0, Sq), block kb walks it from tile kb on. */
+struct TileWalk {
+    int t0a, t1a, nt0, ntg, it_base, n_iter, hk0, kb;
+    bool rot;
+    __device__ __forceinline__ void tile(int it, int &h, int &i0, int BQ) const {
+        const int gi = (it + it_base) / ntg, r = (it + it_base) % ntg;
+        h = hk0 + gi;
+        i0 = (rot ? (r + kb) % ntg : r < nt0 ? t0a + r : t1a + (r - nt0)) * BQ;
+    }
+};
+template <int BQ>
+__device__ __forceinline__ TileWalk tile_walk(const fc_mask &mask, int n0, int n1, int group, int hk, int kb,
+                                              int chunk, const Split &sp, bool rot) {
+    TileWalk w = {0, 0, 0, 0, 0, 0, hk * group, kb, rot};
+    int64_t r0[2], r1[2];
+    const int n = fc_key_block_rows(&mask, n0, n1, r0, r1);
+    if (n > 0) {
+        w.t0a = (int)r0[0] / BQ;
+        const int t0b = ((int)r1[0] + BQ - 1) / BQ;
+        w.nt0 = w.ntg = t0b - w.t0a;
+        if (n > 1) {
+            w.t1a = max((int)r0[1] / BQ, t0b);
+            w.ntg += max(((int)r1[1] + BQ - 1) / BQ, w.t1a) - w.t1a;
+        }
+    }
+    const int n_all = group * w.ntg;
+    const bool partial = kb < sp.nsb;
+    w.it_base = partial ? (int)((int64_t)n_all * chunk / sp.nc) : 0;
+    w.n_iter = partial ? (int)((int64_t)n_all * (chunk + 1) / sp.nc) - w.it_base : n_all;
+    return w;
+}
+
+/* Ordered dQ (deterministic): wait until the key blocks before this one
+ * have added to the tile of rows [i0, i0 + 64) (its counter sem), then,
+ * after this block's additions have completed, count it. */
+template <int BN>
+__device__ __forceinline__ void dq_order_wait(const int *sem, const TileWalk &tw, const fc_mask &mask, int i0,
+                                              int Sq, int nkb, int order) {
+    sem_wait_geq(sem, tw.rot ? key_block_ordinal_rot(i0 / 64, tw.kb, nkb, tw.ntg)
+                             : key_block_ordinal<BN>(mask, i0, min(i0 + 64, Sq) - 1, tw.kb, order == ORD_DOWN));
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void dq_order_done(int *sem) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    __threadfence();
+    atomicAdd(sem, 1);
+}
+
 template <typename T, class K, int V, bool SCRUB>
 __global__ void __launch_bounds__(384, 1)
     bwd_dkdv_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
@@ -261,53 +338,16 @@ __global__ void __launch_bounds__(384, 1)
     const fc_attn &a = p.a;
     const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
-    int vb = blockIdx.x, kb, hk, b, chunk = 0;
-    if (vb < sp.gk) {
-        kb = vb % nkb;
-        vb /= nkb;
-    } else { /* a chunk ≥ 1 of a heavy block (Split) */
-        vb -= sp.gk;
-        chunk = 1 + vb % (sp.nc - 1);
-        vb /= sp.nc - 1;
-        kb = vb % sp.nsb;
-        vb /= sp.nsb;
-    }
-    hk = vb % p.Hkv;
-    b = vb / p.Hkv;
+    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp);
+    const int kb = id.kb, hk = id.hk, b = id.b;
     const bool partial = kb < sp.nsb; /* dK, dV of this chunk to sp.part */
     const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
-
-    /* The query tiles (BQ rows on the global grid) that hold a row seeing
-     * some key of [n0, n1): the ≤ 2 row segments of fc_key_block_rows, cut
-     * on the grid, a tile shared by both counted once; iterations: the GQA
-     * group's heads × the tiles. Rows of a tile that see no key of the
-     * block get P = dS = 0 by selection (per-element masks). */
-    int t0a = 0, t1a = 0, nt0 = 0, ntg = 0;
-    {
-        int64_t r0[2], r1[2];
-        const int n = fc_key_block_rows(&mask, n0, n1, r0, r1);
-        if (n > 0) {
-            t0a = (int)r0[0] / BQ;
-            const int t0b = ((int)r1[0] + BQ - 1) / BQ;
-            nt0 = ntg = t0b - t0a;
-            if (n > 1) {
-                t1a = max((int)r0[1] / BQ, t0b);
-                ntg += max(((int)r1[1] + BQ - 1) / BQ, t1a) - t1a;
-            }
-        }
-    }
-    /* This CTA's iterations: all, or its chunk's (Split). */
-    const int n_all = p.group * ntg;
-    const int it_base = partial ? (int)((int64_t)n_all * chunk / sp.nc) : 0;
-    const int n_iter = partial ? (int)((int64_t)n_all * (chunk + 1) / sp.nc) - it_base : n_all;
     /* ORD_ROT (host: every row sees every key, nkb ≤ the tiles): one
      * segment [0, Sq), walked from tile kb on (key_block_ordinal_rot). */
-    const bool rot = DQM == DQ_ORDERED && order == ORD_ROT;
-    auto tile_of = [&](int it, int &h, int &i0) {
-        const int gi = (it + it_base) / ntg, r = (it + it_base) % ntg;
-        h = hk * p.group + gi;
-        i0 = (rot ? (r + kb) % ntg : r < nt0 ? t0a + r : t1a + (r - nt0)) * BQ;
-    };
+    const TileWalk tw = tile_walk<BQ>(mask, n0, n1, p.group, hk, kb, id.chunk, sp,
+                                      DQM == DQ_ORDERED && order == ORD_ROT);
+    const int n_iter = tw.n_iter;
+    auto tile_of = [&](int it, int &h, int &i0) { tw.tile(it, h, i0, BQ); };
 
     if (tid == 0) {
         mbar_init(barKV, KSCRUB ? 128 : 1); /* the TMA, or every producer thread after the scrub */
@@ -374,21 +414,12 @@ __global__ void __launch_bounds__(384, 1)
                 tile_of(it, h, i0);
                 rdq.wait_full(it);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
-                if (DQM == DQ_ORDERED) {
-                    sem_wait_geq(sem, rot ? key_block_ordinal_rot(i0 / BQ, kb, nkb, ntg)
-                                          : key_block_ordinal<BN>(mask, i0, min(i0 + BQ, p.Sq) - 1, kb,
-                                                                  order == ORD_DOWN));
-                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                }
+                if (DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
 #pragma unroll
                 for (int part = 0; part < K::NPART; ++part) /* one after the other: a fixed order */
                     bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD,
                                         sdQ + ((it & 1) * K::NPART + part) * K::DQ_BYTES, K::DQ_BYTES);
-                if (DQM == DQ_ORDERED) {
-                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                    __threadfence();
-                    atomicAdd(sem, 1);
-                }
+                if (DQM == DQ_ORDERED) dq_order_done(sem);
                 rdq.release(it);
             }
         }
@@ -530,7 +561,7 @@ __global__ void __launch_bounds__(384, 1)
         }
 
         if (partial) { /* fp32 dK (unscaled), dV of the chunk; rows key0 − n0, + 8 */
-            float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + chunk) * (2 * BN * HD);
+            float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + id.chunk) * (2 * BN * HD);
             float *pv = pk + BN * HD;
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
@@ -570,14 +601,374 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+/* ---------------------------------------------------- wide heads (HD 256) */
+/* D in (128, 256], zero-padded to HD = 256 by the tensor maps. dK and dV of
+ * 128 keys × 256 columns would need 256 fp32 a consumer thread, so the CTA
+ * holds 64 keys and the consumer warpgroups share them differently for each
+ * product (no product computed twice):
+ *   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: warpgroup c the query rows 32c .. 32c + 31 of
+ *     the tile (m64n32, K and V read by both); Pᵀ and dSᵀ of its 32 rows
+ *     into the [64 keys][64 rows] tiles in smem (bf16/f16, double-buffered
+ *     by iteration; a 256-thread barrier after each is written);
+ *   dV += Pᵀ·dO, dK += dSᵀ·Q: warpgroup c the columns 128c .. 128c + 127
+ *     over all 64 rows (both operands in smem: m64n64 per 64 columns);
+ *   dQ = dS·K: warpgroup c the column blocks 2c, 2c + 1 over the 64 keys,
+ *     one after the other, each [64 rows][64 columns] fp32 piece through
+ *     its own 16 KB smem buffer to the drain thread (bulk reduce-add into
+ *     the dQ buffer, [B, Hq, Sqp / 64, 4][64][64] with dq_col per piece).
+ * dO has one stage (Q, L, Δ two): dV is issued as soon as Pᵀ is complete,
+ * so dO's stage is free once dV is done, early in the iteration. The rest
+ * (the producer, the tile walk, the ordered dQ, Split, the K scrub, the
+ * score modifiers, rows past Sq) is the HD ≤ 128 kernel's. */
+template <int DQM_> struct WideTraits {
+    static constexpr int HD = 256;
+    static constexpr int DQM = DQM_;
+    static constexpr int BN = 64, BQ = 64, ST = 2, NDB = HD / 64;
+    static constexpr int KV_BYTES = BN * HD * 2;  /* the K or the V block */
+    static constexpr int T_BYTES = BQ * HD * 2;   /* one Q or dO tile */
+    static constexpr int PT_BYTES = BN * BQ * 2;  /* one Pᵀ or dSᵀ tile [64 keys][64 rows] */
+    static constexpr int DQB_BYTES = BQ * 64 * 4; /* one fp32 dQ piece [64 rows][64 columns] */
+    static constexpr int OFF_V = KV_BYTES;
+    static constexpr int OFF_Q = 2 * KV_BYTES;
+    static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
+    static constexpr int OFF_P = OFF_DO + T_BYTES;        /* [2][Pᵀ, dSᵀ] */
+    static constexpr int OFF_DQ = OFF_P + 4 * PT_BYTES;   /* [2 warpgroups] dQ pieces */
+    static constexpr int OFF_LD = OFF_DQ + 2 * DQB_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
+    static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024;
+    static_assert(SMEM + 256 <= 232448, "Hopper opt-in shared memory (with the static barriers)");
+};
+
+/* acc (m64 × 32) = A·Bᵀ over HD: A = 64 rows at a, B = 32 rows at bsm
+ * (column blocks astride / bstride bytes apart), both K-major
+ * 128B-swizzled. Issued and committed, not waited for. */
+template <typename T, int HD>
+__device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, int astride, uint32_t bsm, int bstride) {
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const uint32_t koff = (kk & 3) * 32;
+        WgOps<T>::ss_n32(&acc[0][0], sw128_desc(a + (kk >> 2) * astride + koff, 16, 1024),
+                         sw128_desc(bsm + (kk >> 2) * bstride + koff, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    wg_commit();
+}
+
+/* acc (m64 × 128) += A·B: A = the [64 keys][64 rows] tile at t (K-major),
+ * B = column blocks cb, cb + 1 of the [64 rows][HD] tile at bsm (MN-major,
+ * read transposed). Issued, not committed. */
+template <typename T>
+__device__ __forceinline__ void issue_tile_ab(float (&acc)[16][4], uint32_t t, uint32_t bsm, int cb) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int d = 0; d < 2; ++d)
+            WgOps<T>::ss_n64_tb(&acc[8 * d][0], sw128_desc(t + kk * 32, 16, 1024),
+                                sw128_desc(bsm + (cb + d) * 64 * 128 + kk * 16 * 128, 1024, 1024), 1);
+}
+
+/* This thread's elements of a warpgroup's 32 query rows (32c ..) in a
+ * [64 keys][64 rows] tile (128B-swizzled rows of keys): keys kr, kr + 8,
+ * rows 32c + 8j + 2·t4 (+1), from the fragment x (rows = keys). */
+template <typename T>
+__device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, int t4, const float (&x)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t off = (((4 * c + j) ^ (kr & 7)) << 4) + 4 * t4;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + kr * 128 + off), "r"(Ops<T>::pack(x[j][0], x[j][1]))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + (kr + 8) * 128 + off),
+                     "r"(Ops<T>::pack(x[j][2], x[j][3]))
+                     : "memory");
+    }
+}
+
+/* Bulk asynchronous add of `bytes` fp32 from smem to global; returns once
+ * the source has been read (the add may still be in flight). */
+__device__ __forceinline__ void bulk_reduce_add_f32_read(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+template <typename T, class K, int V, bool SCRUB>
+__global__ void __launch_bounds__(384, 1)
+    bwd_wide_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
+                          const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                          const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
+                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
+    constexpr bool MOD = V != FC_SCORE_PLAIN;
+    extern __shared__ unsigned char smem_raw[];
+    /* K/V; Q full, empty; dO full, empty; dQ piece full, empty of each
+     * consumer warpgroup; K/V landed (SCRUB) */
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 2 + 4 + 1];
+    __shared__ uint32_t kbad[4];
+    const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
+    const uint32_t sK = base, sV = base + K::OFF_V, sQ = base + K::OFF_Q, sdO = base + K::OFF_DO;
+    const uint32_t sP = base + K::OFF_P, sdQ = base + K::OFF_DQ;
+    float *sLD = reinterpret_cast<float *>(smem_raw + (base - raw) + K::OFF_LD);
+    const uint32_t barKV = smem_u32(&bars[0]);
+    const Ring<ST> rq = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
+    const Ring<1> rdo = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[2 + 2 * ST])};
+    const Ring<1> rdq0 = {smem_u32(&bars[3 + 2 * ST]), smem_u32(&bars[5 + 2 * ST])};
+    const Ring<1> rdq1 = {smem_u32(&bars[4 + 2 * ST]), smem_u32(&bars[6 + 2 * ST])};
+    const uint32_t kvland = smem_u32(&bars[7 + 2 * ST]);
+    constexpr bool KSCRUB = SCRUB; /* as the HD ≤ 128 kernel */
+
+    const fc_attn &a = p.a;
+    const fc_mask &mask = p.mask;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp);
+    const int kb = id.kb, hk = id.hk, b = id.b;
+    const bool partial = kb < sp.nsb;
+    const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
+    const TileWalk tw = tile_walk<BQ>(mask, n0, n1, p.group, hk, kb, id.chunk, sp,
+                                      DQM == DQ_ORDERED && order == ORD_ROT);
+    const int n_iter = tw.n_iter;
+
+    if (tid == 0) {
+        mbar_init(barKV, KSCRUB ? 128 : 1);
+        mbar_init(kvland, 1);
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(rq.full + 8 * s, 33);   /* the TMA + warp 1's 32 lanes (L/Δ) */
+            mbar_init(rq.empty + 8 * s, 256); /* every consumer thread */
+        }
+        mbar_init(rdo.full, 1);
+        mbar_init(rdo.empty, 256);
+        for (int c = 0; c < 2; ++c) {
+            mbar_init((c ? rdq1 : rdq0).full, 128); /* the warpgroup's threads */
+            mbar_init((c ? rdq1 : rdq0).empty, 1);  /* the draining thread */
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ------------------------------------------------ producer */
+        setmaxnreg_dec<56>();
+        const int warp = tid >> 5, lane = tid & 31;
+        if (n_iter > 0) {
+            const uint32_t bar = KSCRUB ? kvland : barKV;
+            if (tid == 0) {
+                mbar_expect_tx(bar, 2 * K::KV_BYTES);
+                tma_tile<BN, NDB>(sK, &tk, bar, n0, hk, b);
+                tma_tile<BN, NDB>(sV, &tv, bar, n0, hk, b);
+            }
+            if (KSCRUB) {
+                mbar_wait(kvland, 0);
+                scrub_v<T, K>(sK, tid, kbad);
+                fence_proxy_async_smem();
+                mbar_arrive(barKV);
+            }
+        }
+        if (tid == 0) {
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tw.tile(it, h, i0, BQ);
+                const int st = it % ST;
+                rq.wait_empty(it);
+                mbar_expect_tx(rq.full + 8 * st, K::T_BYTES);
+                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, rq.full + 8 * st, i0, h, b);
+                rdo.wait_empty(it);
+                mbar_expect_tx(rdo.full, K::T_BYTES);
+                tma_tile<BQ, NDB>(sdO, &tdo, rdo.full, i0, h, b);
+            }
+        } else if (warp == 1) {
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tw.tile(it, h, i0, BQ);
+                const int st = it % ST;
+                rq.wait_empty(it);
+                const int64_t rowbase = ((int64_t)b * p.Hq + h) * p.Sq;
+                float *L = sLD + st * 2 * BQ, *Dl = L + BQ;
+                for (int r = lane; r < BQ; r += 32) {
+                    const bool ok = i0 + r < p.Sq;
+                    L[r] = ok ? lse_l2(Lb[rowbase + i0 + r]) : INFINITY;
+                    Dl[r] = ok ? Db[rowbase + i0 + r] : 0.f;
+                }
+                mbar_arrive(rq.full + 8 * st);
+            }
+        } else if (tid == 64) {
+            /* warp 2 drains the dQ pieces of each tile in a fixed order:
+             * (warpgroup 0, 1) × (its first, second column block). */
+            for (int it = 0; it < n_iter; ++it) {
+                int h, i0;
+                tw.tile(it, h, i0, BQ);
+                int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
+                float *dst = dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD;
+#pragma unroll 1
+                for (int pc = 0; pc < 4; ++pc) {
+                    const int c = pc & 1, r = pc >> 1;
+                    const Ring<1> &rr = c ? rdq1 : rdq0;
+                    rr.wait_full(2 * it + r);
+                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
+                    bulk_reduce_add_f32_read(dst + (2 * c + r) * BQ * 64, sdQ + c * K::DQB_BYTES, K::DQB_BYTES);
+                    rr.release(2 * it + r);
+                }
+                asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+                if (DQM == DQ_ORDERED) dq_order_done(sem);
+            }
+        }
+    } else {
+        /* ------------------------------------------------ consumers */
+        setmaxnreg_inc<224>();
+        const int cw = wg - 1;
+        const int warp = (tid >> 5) & 3, lane = tid & 31;
+        const int g = lane >> 2, t4 = lane & 3;
+        const int kr = warp * 16 + g;   /* this thread's key rows of the block: kr, kr + 8 */
+        const int key0 = n0 + kr;
+        const int rq0 = cw * 32;        /* this warpgroup's query rows of a tile (Sᵀ, dPᵀ) */
+        const Ring<1> &rdq = cw ? rdq1 : rdq0;
+        const uint32_t dqbuf = sdQ + cw * K::DQB_BYTES;
+
+        float acc_dk[16][4], acc_dv[16][4], acc_s[4][4], acc_dp[4][4];
+        zero_acc(acc_dk);
+        zero_acc(acc_dv);
+        zero_acc(acc_s);
+        zero_acc(acc_dp);
+        if (n_iter > 0) mbar_wait(barKV, 0);
+        uint32_t bad[4] = {0u, 0u, 0u, 0u};
+        if (KSCRUB && n_iter > 0)
+#pragma unroll
+            for (int w = 0; w < 4; ++w) bad[w] = kbad[w];
+        const bool anybad = (bad[0] | bad[1] | bad[2] | bad[3]) != 0u;
+        /* One dQ piece (column block cb of the tile's rows) to this
+         * warpgroup's buffer, use u; rows that see a scrubbed key: NaN. */
+        auto put_dq = [&](const float (&acc_dq)[8][4], int u, int i0) {
+            rdq.wait_empty(u);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = warp * 16 + g + 8 * hf;
+                const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, p.Sq), n0, bad)
+                                         ? __int_as_float(0x7fc00000)
+                                         : 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const uint32_t addr = dqbuf + (r * 64 + dq_col(r, 8 * j + 2 * t4, 64)) * 4;
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc_dq[j][2 * hf] + poison),
+                                 "f"(acc_dq[j][2 * hf + 1] + poison)
+                                 : "memory");
+                }
+            }
+            fence_proxy_async_smem();
+            mbar_arrive(rdq.full);
+        };
+        /* dQ piece = dS·K[:, column block cb] (both operands transposed). */
+        auto issue_dq = [&](float (&acc_dq)[8][4], uint32_t sdS, int cb) {
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(sdS + kk * 16 * 128, 1024, 1024),
+                                    sw128_desc(sK + cb * BN * 128 + kk * 16 * 128, 1024, 1024), kk > 0 ? 1 : 0);
+            wg_commit();
+        };
+        for (int it = 0; it < n_iter; ++it) {
+            int h, i0;
+            tw.tile(it, h, i0, BQ);
+            const int st = it % ST;
+            const float *Lt = sLD + st * 2 * BQ, *Dt = Lt + BQ;
+            const uint32_t sQt = sQ + st * K::T_BYTES;
+            const uint32_t sPt = sP + (it & 1) * 2 * K::PT_BYTES, sdSt = sPt + K::PT_BYTES;
+            rq.wait_full(it);
+            issue_abt_n32<T, HD>(acc_s, sK, BN * 128, sQt + rq0 * 128, BQ * 128); /* Sᵀ = K Qᵀ */
+            rdo.wait_full(it);
+            issue_abt_n32<T, HD>(acc_dp, sV, BN * 128, sdO + rq0 * 128, BQ * 128); /* dPᵀ = V dOᵀ */
+            wg_wait<1>();
+            acc_fence(acc_s);
+            const int ia = i0 + rq0; /* this warpgroup's first row */
+            const bool full = ia + 32 <= p.Sq &&
+                              tile_full<BN>(vis_of(mask, ia, p.Sq), vis_of(mask, ia + 31, p.Sq), n0, p.Sk);
+            uint32_t vis = ~0u;
+            fc_score_modf mod = {0.f, 0.f, 0.f};
+            float pv[4][4];
+            if (MOD) {
+                mod = fcc_score_mod_l2(p, b, h);
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
+                st_tile_half<T>(sPt, kr, cw, t4, pv);
+            } else {
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
+                st_tile_half<T>(sPt, kr, cw, t4, acc_s);
+            }
+            fence_proxy_async_smem();
+            asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* Pᵀ complete */
+            wg_fence();
+            issue_tile_ab<T>(acc_dv, sPt, sdO, 2 * cw); /* dV += Pᵀ dO */
+            wg_commit();
+            wg_wait<1>(); /* dPᵀ landed; dV in flight */
+            acc_fence(acc_dp);
+            dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
+            st_tile_half<T>(sdSt, kr, cw, t4, acc_dp);
+            fence_proxy_async_smem();
+            wg_wait<0>();
+            acc_fence(acc_dv);
+            rdo.release(it);                                 /* dO read by both products */
+            asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* dSᵀ complete */
+            float acc_dq[8][4];
+            issue_dq(acc_dq, sdSt, 2 * cw);
+            wg_fence();
+            issue_tile_ab<T>(acc_dk, sdSt, sQt, 2 * cw); /* dK += dSᵀ Q */
+            wg_commit();
+            wg_wait<1>(); /* the first dQ piece landed; dK in flight */
+            acc_fence(acc_dq);
+            put_dq(acc_dq, 2 * it, i0);
+            issue_dq(acc_dq, sdSt, 2 * cw + 1);
+            wg_wait<0>();
+            acc_fence(acc_dq);
+            acc_fence(acc_dk);
+            put_dq(acc_dq, 2 * it + 1, i0);
+            rq.release(it);
+        }
+
+        /* keys key0, key0 + 8; columns 128·cw + 64·d + 8j + 2·t4 */
+        if (partial) { /* fp32 dK (unscaled), dV of the chunk */
+            float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + id.chunk) * (2 * BN * HD);
+            float *pv = pk + BN * HD;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = kr + 8 * hf;
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const int col = cw * 128 + j * 8 + 2 * t4;
+                    *reinterpret_cast<float2 *>(pk + r * HD + col) = make_float2(acc_dk[j][2 * hf], acc_dk[j][2 * hf + 1]);
+                    *reinterpret_cast<float2 *>(pv + r * HD + col) = make_float2(acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1]);
+                }
+            }
+            return;
+        }
+        T *dkp = static_cast<T *>(a.dk) + (int64_t)b * a.sdk[0] + (int64_t)hk * a.sdk[2];
+        T *dvp = static_cast<T *>(a.dv) + (int64_t)b * a.sdv[0] + (int64_t)hk * a.sdv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int key = key0 + 8 * hf;
+            if (key >= p.Sk) continue;
+            T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
+            float f = p.scale, fv = 1.f;
+            const uint32_t word = (key - n0) >> 5 ? bad[1] : bad[0];
+            if (KSCRUB && anybad && ((word >> ((key - n0) & 31)) & 1u)) {
+                int64_t r0[2], r1[2];
+                if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
+            }
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int col = cw * 128 + j * 8 + 2 * t4;
+                store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f, p.out_pairs);
+                store_pair(dvr, col, p.D, acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv, p.out_pairs);
+            }
+        }
+    }
+#endif
+}
+
 /* dK·scale, dV of the split blocks (Split): the chunks' partials added in
  * chunk order. One CTA of HD / 2 threads per key row (b, hk, kb < nsb, r);
  * with scrub, a key whose K row holds NaN/Inf and that some row sees gets
  * NaN (as the fused kernel's epilogue). */
-template <typename T, int HD>
+template <typename T, int HD, int BN>
 __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__ fcc_attn p, const Split sp,
                                                           bool scrub) {
-    constexpr int BN = 128;
     const fc_attn &a = p.a;
     int64_t x = blockIdx.x;
     const int r = (int)(x % BN);
@@ -613,9 +1004,10 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
     store_pair(dvr, c, p.D, dv.x * fv, dv.y * fv, p.out_pairs);
 }
 
-/* dq = scale · dQacc (the fused kernel's [B, Hq, Sqp, HD] fp32 buffer, dq_col
- * layout) in T; rows that no key block reached hold zeros. */
-template <typename T, int HD>
+/* dq = scale · dQacc (the fused kernel's fp32 buffer, [B, Hq, Sqp / 64,
+ * HD / W][64][W]: pieces of W columns, dq_col per piece; W = HD below
+ * HD = 256, 64 there) in T; rows that no key block reached hold zeros. */
+template <typename T, int HD, int W>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
     const fc_attn &a = p.a;
@@ -626,14 +1018,16 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
         if (c >= p.D) continue;
         const int i = (int)(row % p.Sq);
         const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
-        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + i) * HD + dq_col(i, c, HD));
+        const int ir = i & 63;
+        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + (i - ir)) * HD + (c / W) * (64 * W) +
+                                                           ir * W + dq_col(ir, c % W, W));
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
         store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
     }
 }
 
 /* ------------------------------------------------------------ host */
-static int padded(int D) { return D <= 64 ? 64 : 128; }
+static int padded(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
 struct Maps {
     CUtensorMap q, dout, k, v;
@@ -647,10 +1041,10 @@ struct DqScratch {
     int Sqp;
 };
 
-/* Query rows that see some key of block kb (of 128 keys). */
-static int64_t block_rows(const fcc_attn &p, int kb) {
+/* Query rows that see some key of block kb (of BN keys). */
+static int64_t block_rows(const fcc_attn &p, int kb, int BN) {
     int64_t r0[2], r1[2];
-    const int n = fc_key_block_rows(&p.mask, (int64_t)kb * 128, std::min((int64_t)kb * 128 + 128, (int64_t)p.Sk), r0, r1);
+    const int n = fc_key_block_rows(&p.mask, (int64_t)kb * BN, std::min((int64_t)kb * BN + BN, (int64_t)p.Sk), r0, r1);
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows += r1[i] - r0[i];
     return rows;
@@ -661,10 +1055,10 @@ static int64_t block_rows(const fcc_attn &p, int kb) {
  * waits on a chunk CTA (appended after every regular one): the ordered
  * dQ's ORD_DOWN, where block 0 adds last to every tile, or the unordered
  * dQ — hence block 0 only (a split block 1 would be waited on by block 0). */
-static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm) {
+static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm, int BN) {
     Split sp = {0, 1, 0, nullptr};
     if (nkb < 4 || (dqm == DQ_ORDERED && order != ORD_DOWN)) return sp;
-    const int64_t typ = std::max<int64_t>(block_rows(p, nkb / 2), 64), heavy = block_rows(p, 0);
+    const int64_t typ = std::max<int64_t>(block_rows(p, nkb / 2, BN), 64), heavy = block_rows(p, 0, BN);
     if (heavy <= 3 * typ) return sp;
     sp.nsb = 1;
     sp.nc = (int)std::min<int64_t>((heavy + typ - 1) / typ, 32);
@@ -672,11 +1066,15 @@ static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm) {
     return sp;
 }
 
+/* The key block of the kernel at HD: 64 keys at HD = 256, else 128. */
+static constexpr int block_keys(int HD) { return HD == 256 ? 64 : 128; }
+
 template <typename T, int HD, int V>
 static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
                             const DqScratch &dq) {
     cudaStream_t st = fcc_stream(p.a.stream);
-    const int nkb = (p.Sk + 128 - 1) / 128;
+    constexpr int BN = block_keys(HD);
+    const int nkb = (p.Sk + BN - 1) / BN;
     const int64_t gk = (int64_t)nkb * p.Hkv * p.a.B;
     /* SCRUB: only where some row misses some key (as the forward). */
     int64_t se0, lo0, hi0, sel, lol, hil;
@@ -687,27 +1085,36 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
      * (one CTA per SM) for DOWN/ROT; ROT where every row sees every key
      * (one segment [0, Sq) for every block) and no more blocks than tiles. */
     const int order = nkb > p.dev.sm_count ? ORD_UP : !scrub && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_DOWN;
-    Split sp = plan_split(p, nkb, order, dqm);
+    Split sp = plan_split(p, nkb, order, dqm, BN);
     sp.gk = (int)gk;
     const int64_t grid = gk + (int64_t)sp.nsb * (sp.nc - 1) * p.Hkv * p.a.B;
     if (sp.nsb > 0) { /* the chunks' partials: stream-ordered scratch, every element written by its chunk */
-        const size_t n = (size_t)p.a.B * p.Hkv * sp.nsb * sp.nc * 2 * 128 * HD;
+        const size_t n = (size_t)p.a.B * p.Hkv * sp.nsb * sp.nc * 2 * BN * HD;
         FCC_CHECK(fcc_scratch_alloc((void **)&sp.part, n * sizeof(float), st));
     }
     auto run_kv = [&](auto traits) -> flashc_status {
         using KK = decltype(traits);
-        auto kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
+        void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, fcc_attn, int, const float *, const float *,
+                     float *, int *, int, int, Split);
+        if constexpr (HD == 256)
+            kern = scrub ? bwd_wide_wgmma_kernel<T, KK, V, true> : bwd_wide_wgmma_kernel<T, KK, V, false>;
+        else
+            kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         FCC_TRY(fcc_set_smem((const void *)kern, KK::SMEM, "attn_bwd_wgmma (dK/dV)"));
         kern<<<(unsigned)grid, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, p, nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp,
                                                      order, sp);
         FCC_CHECK_LAUNCH("bwd_dkdv_wgmma_kernel");
         if (sp.nsb > 0) {
-            bwd_kv_combine<T, HD><<<(unsigned)((int64_t)p.a.B * p.Hkv * sp.nsb * 128), HD / 2, 0, st>>>(p, sp, scrub);
+            bwd_kv_combine<T, HD, BN><<<(unsigned)((int64_t)p.a.B * p.Hkv * sp.nsb * BN), HD / 2, 0, st>>>(p, sp, scrub);
             FCC_CHECK_LAUNCH("bwd_kv_combine");
         }
         return FLASHC_OK;
     };
-    flashc_status s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>());
+    flashc_status s;
+    if constexpr (HD == 256)
+        s = dqm == DQ_ORDERED ? run_kv(WideTraits<DQ_ORDERED>()) : run_kv(WideTraits<DQ_ATOMIC>());
+    else
+        s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>());
     if (sp.part) {
         const cudaError_t e = fcc_scratch_free(sp.part, st);
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
@@ -715,7 +1122,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     FCC_TRY(s);
     const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq * (HD / 2) + 255) / 256;
     const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
-    bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    bwd_dq_convert_wgmma<T, HD, HD == 256 ? 64 : HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
 }
@@ -725,7 +1132,11 @@ static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb,
                               const DqScratch &dq) {
     return fcc_score_dispatch<FCC_SCORE_FEW>(fc_score_mode(&p.score), [&](auto v) {
         constexpr int V = decltype(v)::value;
-        return padded(p.D) == 64 ? launch<T, 64, V>(p, m, Lb, Db, dqm, dq) : launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
+        switch (padded(p.D)) {
+        case 64: return launch<T, 64, V>(p, m, Lb, Db, dqm, dq);
+        case 128: return launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
+        default: return launch<T, 256, V>(p, m, Lb, Db, dqm, dq);
+        }
     });
 }
 
@@ -737,7 +1148,7 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     if (fc_attn_is_ragged(&a)) return false; /* dense tensor maps only: ragged runs on mma.sync */
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
-    if (a.D < 1 || a.D > 128) return false;
+    if (a.D < 1 || a.D > 256) return false;
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte
      * aligned rows of q/k/v/o/dout (vec16: also D % 8 == 0); dq/dk/dv are
      * written in 4-byte pairs. */
@@ -749,10 +1160,13 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
         !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
         return false;
     const int64_t gmax = INT_MAX;
-    if ((a.Sq + 127) / 128 * a.Hq * a.B > gmax || (a.Sk + 127) / 128 * a.Hkv * a.B > gmax ||
+    if ((a.Sq + 127) / 128 * a.Hq * a.B > gmax || (a.Sk + 63) / 64 * a.Hkv * a.B > gmax ||
         (a.B * a.Hq * a.Sq + 7) / 8 > gmax)
         return false;
-    const int smem = padded((int)a.D) == 64 ? KvTraits<64, DQ_ORDERED>::SMEM : KvTraits<128, DQ_ORDERED>::SMEM;
+    const int HD = padded((int)a.D);
+    const int smem = HD == 64 ? KvTraits<64, DQ_ORDERED>::SMEM
+                     : HD == 128 ? KvTraits<128, DQ_ORDERED>::SMEM
+                                 : WideTraits<DQ_ORDERED>::SMEM;
     return smem <= p.dev.smem_optin && encode_fn() != nullptr;
 }
 

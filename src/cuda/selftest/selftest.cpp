@@ -1187,11 +1187,11 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* D 96: wgmma fwd HD128 (zero-padded by the maps) / mma fwd HD96 (64-row CTAs, 100 = 64 + 36)
          * / wgmma bwd HD128 (padded) */
         {{BF, 1, 100, 150, 4, 2, 96, 1, -1, -1, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
-        /* D 256: wgmma fwd HD256 (64-key tiles, modifiers) / mma fwd HD256 / tc bwd HD256 (two column
-         * slices per row group) */
+        /* D 256: wgmma fwd HD256 (64-key tiles, modifiers) / mma fwd HD256 / wgmma bwd HD256 (64-key
+         * blocks; "mma": tc bwd HD256, two column slices per row group) */
         {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, true},
-        /* D 192: wgmma fwd HD192 (64-key tiles) / mma fwd HD192 (modifiers) / tc bwd HD192 (two column
-         * slices): causal window 40, sink tokens and logits, softcap */
+        /* D 192: wgmma fwd HD192 (64-key tiles) / mma fwd HD192 (modifiers) / wgmma bwd HD256 (padded;
+         * "mma": tc bwd HD192, two column slices): causal window 40, sink tokens and logits, softcap */
         {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, true},
         /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
          * causal + window 256 */
@@ -1201,6 +1201,11 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* wgmma bwd with key block 0 split over 4 CTAs (sink tokens under a window: every row sees
          * it; Split in attn_bwd_wgmma.cu) / tc bwd: 600 rows, causal window 30, 2 sink tokens */
         {{BF, 1, 600, 600, 2, 1, 64, 1, 30, 0, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
+        /* the same at HD 256 (64-key blocks: block 0 split over 7 CTAs) */
+        {{BF, 1, 600, 600, 2, 1, 256, 1, 30, 0, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
+        /* wgmma bwd HD256 with the unordered dQ (deterministic 0), D 200 (padded), softcap, sink
+         * logits, Sq < Sk / tc bwd HD256 */
+        {{F, 1, 200, 333, 4, 2, 200, 0, -1, -1, 0, true, false, false, false, false, 5.0, false, 0, false}, true},
         /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
          * 65 rows and 129 keys: one past a tile */
         {{BF, 2, 65, 129, 4, 2, 64, 0, -1, -1, 0, false, false, false, false, true, 0.0, false, 1, false}, false},
