@@ -1096,7 +1096,7 @@ def test_score_mods_softcap_invalid_on_cuda(rng):
     assert ei.value.status == _lib.FLASHC_ERR_INVALID_ARGUMENT
 
 # ====================================================================
-# Hopper wgmma backward (src/cuda/attn_bwd_wgmma.cu): F16/BF16, D ≤ 128 with
+# Hopper wgmma backward (src/cuda/attn_bwd_wgmma.cu): F16/BF16, D ≤ 256 with
 # D % 8 == 0 and 16-byte aligned rows. On compute capability 9.0 the default
 # dispatch of every _tc_bwd_case above runs it (elsewhere the mma.sync
 # kernels); these cases add what only it has: several key blocks of 128 and
@@ -1118,7 +1118,7 @@ _WG_BWD_CASES = {
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("D", [32, 64, 96, 128, 200, 256])
+@pytest.mark.parametrize("D", [32, 64, 96, 128, 160, 192, 200, 256])
 @pytest.mark.parametrize("name", list(_WG_BWD_CASES))
 def test_wgmma_backward_cases(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
@@ -1135,11 +1135,11 @@ def test_wgmma_backward_many_key_blocks(rng, causal, D):
     _tc_bwd_case(rng, 1, 150, 17000, 2, 1, D, "bfloat16", causal=causal)
 
 
-@pytest.mark.parametrize("D", [128, 200, 256])
+@pytest.mark.parametrize("D", [128, 160, 192, 200, 256])
 def test_wgmma_backward_is_the_default(rng, D):
     # On compute capability 9.0 the default backward is the wgmma kernel up
-    # to D = 256 (the HD = 256 one with 64-key blocks past 128): the kernel
-    # names the CUDA profiler records.
+    # to D = 256 (the HD = 192 / 256 one with 64-key blocks past 128): the
+    # kernel names the CUDA profiler records.
     cc = _device_cc()
     if cc != (9, 0):
         pytest.skip("wgmma backward runs on compute capability 9.0 only (this device: %s)" % (cc,))

@@ -221,6 +221,33 @@ def test_no_grad_path_matches_autograd_path(device):
         assert torch.equal(o, o_grad.detach())
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_deterministic_keyword(device, compiled):
+    """deterministic=False (unordered dq additions on CUDA) gives the same
+    gradients up to float rounding, with and without torch.compile;
+    deterministic=True (the default) gives bit-identical gradients twice."""
+    if compiled and (not hasattr(torch, "compile") or not hasattr(torch.library, "custom_op")):
+        pytest.skip("torch.compile with torch.library.custom_op needs torch >= 2.4")
+    dt = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = (randn(2, 300, 4, 64, dtype=dt, device=device) for _ in range(3))
+    do = randn(2, 300, 4, 64, dtype=dt, device=device)
+
+    def grads(det):
+        f = lambda q, k, v: ft.attention(q, k, v, causal=True, deterministic=det)  # noqa: E731
+        if compiled:
+            import torch._dynamo
+            torch._dynamo.reset()
+            f = torch.compile(f, fullgraph=True, backend=_compile_backend())
+        qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+        f(qq, kk, vv).backward(do)
+        return [x.grad for x in (qq, kk, vv)]
+    g1, g2, gn = grads(True), grads(True), grads(False)
+    tol = dict(rtol=1e-5, atol=1e-5) if dt == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for a, b, c in zip(g1, g2, gn):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(c.float(), a.float(), **tol)
+
+
 # ---------------------------------------------------------------- errors
 
 

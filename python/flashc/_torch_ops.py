@@ -36,32 +36,32 @@ def register(ft):
     if not AVAILABLE:
         return None, None
 
-    def kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap):
+    def kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap, deterministic):
         return dict(causal=bool(causal), softmax_scale=softmax_scale if softmax_scale else None,
                     window=(int(window_left), int(window_right)), sink_tokens=int(sink_tokens),
-                    softcap=softcap if softcap else None)
+                    softcap=softcap if softcap else None, deterministic=bool(deterministic))
 
     # ------------------------------------------------------------ attention
     @torch.library.custom_op("flashc::attention_fwd", mutates_args=())
     def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: Optional[torch.Tensor],
                       alibi_slopes: Optional[torch.Tensor], causal: bool, softmax_scale: float,
                       window_left: int, window_right: int, sink_tokens: int,
-                      softcap: float) -> List[torch.Tensor]:
-        kw = kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap)
+                      softcap: float, deterministic: bool) -> List[torch.Tensor]:
+        kw = kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap, deterministic)
         o, lse = ft._attn_fwd(q, k, v, sinks, alibi_slopes, kw, True)
         return [o, lse]
 
     @attention_fwd.register_fake
     def _(q, k, v, sinks, alibi_slopes, causal, softmax_scale, window_left, window_right, sink_tokens,
-          softcap):
+          softcap, deterministic):
         return [q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_lse_dtype(q))]
 
     @torch.library.custom_op("flashc::attention_bwd", mutates_args=())
     def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                       lse: torch.Tensor, sinks: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                       causal: bool, softmax_scale: float, window_left: int, window_right: int,
-                      sink_tokens: int, softcap: float) -> List[torch.Tensor]:
-        kw = kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap)
+                      sink_tokens: int, softcap: float, deterministic: bool) -> List[torch.Tensor]:
+        kw = kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap, deterministic)
         dq, dk, dv, ds = ft._attn_bwd(do, q, k, v, o, lse, sinks, alibi_slopes, kw)
         if ds is None:
             ds = q.new_empty((0,), dtype=_lse_dtype(q))
@@ -69,7 +69,7 @@ def register(ft):
 
     @attention_bwd.register_fake
     def _(do, q, k, v, o, lse, sinks, alibi_slopes, causal, softmax_scale, window_left, window_right,
-          sink_tokens, softcap):
+          sink_tokens, softcap, deterministic):
         ds = sinks.new_empty(sinks.shape) if sinks is not None else q.new_empty((0,), dtype=_lse_dtype(q))
         return [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), ds]
 
@@ -85,7 +85,7 @@ def register(ft):
             do = do.to(q.dtype)
         dq, dk, dv, ds = torch.ops.flashc.attention_bwd(do.contiguous(), q, k, v, o, lse, sinks, alibi,
                                                         *ctx.args)
-        return dq, dk, dv, (ds if sinks is not None else None), None, None, None, None, None, None, None
+        return dq, dk, dv, (ds if sinks is not None else None), None, None, None, None, None, None, None, None
 
     torch.library.register_autograd("flashc::attention_fwd", attn_backward, setup_context=attn_setup)
 
@@ -129,7 +129,8 @@ def register(ft):
         wl, wr = _window_pair(kw["window"])
         o, _ = torch.ops.flashc.attention_fwd(q, k, v, vec(sinks, "sinks"), vec(alibi_slopes, "alibi_slopes"),
                                               kw["causal"], float(kw["softmax_scale"] or 0.0), int(wl), int(wr),
-                                              kw["sink_tokens"], float(kw["softcap"] or 0.0))
+                                              kw["sink_tokens"], float(kw["softcap"] or 0.0),
+                                              bool(kw.get("deterministic", True)))
         return o
 
     return attention_compiled, torch.ops.flashc.weighted_sum

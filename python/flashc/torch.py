@@ -190,7 +190,7 @@ def _attn_bwd(do, q, k, v, o, lse, s, a, kw):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
-              sinks=None, softcap=None, alibi_slopes=None):
+              sinks=None, softcap=None, alibi_slopes=None, deterministic=True):
     """o = attention(q, k, v) with gradients for q, k, v and sinks.
 
     q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq % Hkv == 0: GQA/MQA), one
@@ -207,11 +207,14 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
       sink_tokens: keys [0, N) always visible (StreamingLLM).
       sinks: optional [Hq] per-head sink logits (GPT-OSS): an extra logit in
         every softmax denominator, with no value; differentiable.
+      deterministic: the backward's gradients bit-identical across runs (the
+        default); False lets the CUDA backend add dq in whatever order its
+        blocks finish (float atomics or unordered bulk adds: last bits vary).
     Order of operations (flashc.h): scale, softcap, ALiBi, mask, softmax
     with the sink logit.
     """
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
-              sink_tokens=int(sink_tokens), softcap=softcap)
+              sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic))
     if _compiled_attention is not None and _is_compiling():
         # torch.compile: one opaque operator (flashc::attention_fwd) with a
         # fake implementation and autograd, no graph break (_torch_ops.py).

@@ -1,6 +1,7 @@
 /*
  * attn_bwd_wgmma.cu — Hopper (sm_90a) attention backward for F16/BF16,
- * D ≤ 128 (zero-padded to HD = 64 or 128 by the tensor maps): warpgroup MMA
+ * D ≤ 256 (zero-padded to HD = 64, 128, 192 or 256 by the tensor maps;
+ * HD > 128: the wide kernel, section "wide heads" below): warpgroup MMA
  * (wgmma) fed by TMA, warp-specialised like the forward (attn_fwd_wgmma.cu).
  * Compiled only for sm_90a; the plan (attn_dispatch.cu) picks it when
  * fcc_bwd_wgmma_supports() holds (compute capability 9.0 among its
@@ -39,10 +40,12 @@
  *     order, kept by a counter per (b, h, tile) in global memory: the drain
  *     waits until the count equals its place (key_block_ordinal), adds,
  *     and increments it.
- *     The order is the one the blocks come in where a head's blocks fit
- *     the device at once (ORD_DOWN, ORD_ROT), else increasing (ORD_UP:
- *     waits only on blocks launched earlier). Measured price against the
- *     unordered variant: 1–6 % of the kernel (benchmarks/NOTES.md).
+ *     The order (ORD_*, below): decreasing key blocks, launched in that
+ *     order, where some row misses some key (ORD_DOWN); where every row
+ *     sees every key, the order they come in if a head's blocks fit the
+ *     device at once (ORD_ROT), else increasing (ORD_UP). Measured price
+ *     against the unordered variant (H200, 4k): 7–9 % of the kernel at
+ *     HD = 128, 16–20 % at HD = 256 (benchmarks/NOTES.md).
  *     deterministic = 0: no counters (the order the CTAs come in).
  *   Heavy key block (Split): the sink keys' block, which every row sees
  *     under a sliding window, has its tile walk cut into chunks run by
@@ -59,6 +62,7 @@
 #include "attn_wgmma.cuh"
 
 #include <algorithm>
+#include <type_traits>
 #include <limits.h>
 #include <math.h>
 
@@ -170,11 +174,15 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, ui
  *   ORD_DOWN: decreasing: under causal and window masks a later key block
  *             reaches a given query tile after fewer tiles of its own, so
  *             that is the order they come in (measured: increasing order
- *             cost +85 % at D = 128 S = 4k causal).
+ *             cost +85 % at D = 128 S = 4k causal). The blocks of a head
+ *             are launched in decreasing order (block_id), so that a block
+ *             waits only on blocks launched before it, as under ORD_UP:
+ *             safe whatever the grid, and a block that starts late (a head
+ *             cut by the end of a wave of CTAs) holds up no earlier one.
  *   ORD_ROT:  every row sees every key: block kb walks the tiles from tile
  *             kb on (rotated) and the blocks add in the order they come.
- * DOWN and ROT wait on blocks of higher index too, so they need all of a
- * head's blocks resident at once: nkb ≤ the SM count (one CTA per SM). */
+ *             It waits on blocks of higher index too, so it needs all of a
+ *             head's blocks resident at once: nkb ≤ the SM count. */
 enum { ORD_UP = 0, ORD_DOWN = 1, ORD_ROT = 2 };
 
 /* How many key blocks of BN keys add to the dQ tile of query rows [i0, i1]
@@ -229,16 +237,17 @@ struct Split {
 };
 
 /* The CTA's key block, kv head, batch and chunk (Split) from its index:
- * the gk regular CTAs (key block fastest), then the chunks ≥ 1 of the
- * heavy blocks. */
+ * the gk regular CTAs (key block fastest; in decreasing order under the
+ * ordered ORD_DOWN, so that the blocks that add first to a dQ tile are
+ * launched first), then the chunks ≥ 1 of the heavy blocks. */
 struct BlockId {
     int kb, hk, b, chunk;
 };
-__device__ __forceinline__ BlockId block_id(int vb, int nkb, int Hkv, const Split &sp) {
+__device__ __forceinline__ BlockId block_id(int vb, int nkb, int Hkv, const Split &sp, bool rev) {
     BlockId id;
     id.chunk = 0;
     if (vb < sp.gk) {
-        id.kb = vb % nkb;
+        id.kb = rev ? nkb - 1 - vb % nkb : vb % nkb;
         vb /= nkb;
     } else { /* a chunk ≥ 1 of a heavy block */
         vb -= sp.gk;
@@ -338,7 +347,7 @@ __global__ void __launch_bounds__(384, 1)
     const fc_attn &a = p.a;
     const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp);
+    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp, DQM == DQ_ORDERED && order == ORD_DOWN);
     const int kb = id.kb, hk = id.hk, b = id.b;
     const bool partial = kb < sp.nsb; /* dK, dV of this chunk to sp.part */
     const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
@@ -601,29 +610,35 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-/* ---------------------------------------------------- wide heads (HD 256) */
-/* D in (128, 256], zero-padded to HD = 256 by the tensor maps. dK and dV of
- * 128 keys × 256 columns would need 256 fp32 a consumer thread, so the CTA
- * holds 64 keys and the consumer warpgroups share them differently for each
- * product (no product computed twice):
+/* ------------------------------------------------ wide heads (HD 192, 256) */
+/* D in (128, 256], zero-padded to HD = 192 or 256 by the tensor maps. dK and
+ * dV of 128 keys × 256 columns would need 256 fp32 a consumer thread, so the
+ * CTA holds 64 keys and the consumer warpgroups share them differently for
+ * each product (no product computed twice):
  *   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: warpgroup c the query rows 32c .. 32c + 31 of
  *     the tile (m64n32, K and V read by both); Pᵀ and dSᵀ of its 32 rows
  *     into the [64 keys][64 rows] tiles in smem (bf16/f16, double-buffered
  *     by iteration; a 256-thread barrier after each is written);
- *   dV += Pᵀ·dO, dK += dSᵀ·Q: warpgroup c the columns 128c .. 128c + 127
- *     over all 64 rows (both operands in smem: m64n64 per 64 columns);
- *   dQ = dS·K: warpgroup c the column blocks 2c, 2c + 1 over the 64 keys,
- *     one after the other, each [64 rows][64 columns] fp32 piece through
- *     its own 16 KB smem buffer to the drain thread (bulk reduce-add into
- *     the dQ buffer, [B, Hq, Sqp / 64, 4][64][64] with dq_col per piece).
- * dO has one stage (Q, L, Δ two): dV is issued as soon as Pᵀ is complete,
- * so dO's stage is free once dV is done, early in the iteration. The rest
+ *   dV += Pᵀ·dO, dK += dSᵀ·Q: warpgroup c half the columns over all 64
+ *     rows, as two pieces (both operands in smem): HD = 256, the 64-column
+ *     blocks 2c and 2c + 1 (m64n64 each); HD = 192, block 2c (m64n64) and
+ *     the half c of block 1 (m64n32; warpgroup 1's starts 64 bytes into
+ *     the swizzled rows);
+ *   dQ = dS·K: warpgroup c the same two column pieces over the 64 keys,
+ *     one after the other, each [64 rows][width] fp32 through its own
+ *     16 KB smem buffer to the drain thread (bulk reduce-add into the dQ
+ *     buffer, per tile the pieces in column order: dq_piece).
+ * dO has one stage at HD = 256 (Q, L, Δ two): dV is issued as soon as Pᵀ
+ * is complete, so dO's stage is free once dV is done. The rest
  * (the producer, the tile walk, the ordered dQ, Split, the K scrub, the
  * score modifiers, rows past Sq) is the HD ≤ 128 kernel's. */
-template <int DQM_> struct WideTraits {
-    static constexpr int HD = 256;
+template <int HD_, int DQM_> struct WideTraits {
+    static constexpr int HD = HD_;
     static constexpr int DQM = DQM_;
     static constexpr int BN = 64, BQ = 64, ST = 2, NDB = HD / 64;
+    static constexpr int STD = HD == 256 ? 1 : 2; /* dO stages */
+    static constexpr int W1 = HD == 256 ? 64 : 32; /* width of a warpgroup's second column piece */
+    static constexpr int NJW = (64 + W1) / 8;      /* n8 column tiles of a warpgroup's dK, dV */
     static constexpr int KV_BYTES = BN * HD * 2;  /* the K or the V block */
     static constexpr int T_BYTES = BQ * HD * 2;   /* one Q or dO tile */
     static constexpr int PT_BYTES = BN * BQ * 2;  /* one Pᵀ or dSᵀ tile [64 keys][64 rows] */
@@ -631,12 +646,28 @@ template <int DQM_> struct WideTraits {
     static constexpr int OFF_V = KV_BYTES;
     static constexpr int OFF_Q = 2 * KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
-    static constexpr int OFF_P = OFF_DO + T_BYTES;        /* [2][Pᵀ, dSᵀ] */
+    static constexpr int OFF_P = OFF_DO + STD * T_BYTES;  /* [2][Pᵀ, dSᵀ] */
     static constexpr int OFF_DQ = OFF_P + 4 * PT_BYTES;   /* [2 warpgroups] dQ pieces */
     static constexpr int OFF_LD = OFF_DQ + 2 * DQB_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
     static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024;
+    static_assert(HD == 192 || HD == 256, "HD 192 or 256");
     static_assert(SMEM + 256 <= 232448, "Hopper opt-in shared memory (with the static barriers)");
+    /* First column of warpgroup c's piece r (0: 64 wide, 1: W1 wide). */
+    static __device__ __forceinline__ int piece_col(int c, int r) {
+        return r == 0 ? 128 * c : HD == 256 ? 128 * c + 64 : 64 + 32 * c;
+    }
 };
+
+/* Where column col of a dQ tile lives in the fused kernels' fp32 dQ buffer:
+ * per tile ([64 rows][HD] floats) the column pieces in column order, piece
+ * [c0, c0 + w) at c0·64 as [64 rows][w], element (r, c) at
+ * r·w + dq_col(r, c − c0, w). HD ≤ 128: one piece (w = HD); 256: four of 64;
+ * 192: 64, 32, 32, 64 (the wide kernel's pieces). */
+__host__ __device__ __forceinline__ int dq_piece_off(int HD, int r, int col) {
+    const int w = HD <= 128 ? HD : HD == 192 && col >= 64 && col < 128 ? 32 : 64;
+    const int c0 = col & ~(w - 1);
+    return c0 * 64 + r * w + dq_col(r, col - c0, w);
+}
 
 /* acc (m64 × 32) = A·Bᵀ over HD: A = 64 rows at a, B = 32 rows at bsm
  * (column blocks astride / bstride bytes apart), both K-major
@@ -653,17 +684,24 @@ __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, in
     wg_commit();
 }
 
-/* acc (m64 × 128) += A·B: A = the [64 keys][64 rows] tile at t (K-major),
- * B = column blocks cb, cb + 1 of the [64 rows][HD] tile at bsm (MN-major,
- * read transposed). Issued, not committed. */
-template <typename T>
-__device__ __forceinline__ void issue_tile_ab(float (&acc)[16][4], uint32_t t, uint32_t bsm, int cb) {
+/* The MN-major (transposed) descriptor of column col (a multiple of 32) of
+ * a [R rows][HD] tile at t (64-column blocks of R × 128 B), rows from k0. */
+template <int R> __device__ __forceinline__ uint64_t mn_desc(uint32_t t, int col, int k0) {
+    return sw128_desc(t + (col >> 6) * R * 128 + (col & 63) * 2 + k0 * 128, 1024, 1024);
+}
+
+/* acc (m64 × (64 + W1)) += A·B: A = the [64 keys][64 rows] tile at t
+ * (K-major), B = warpgroup c's two column pieces of the [64 rows][HD] tile
+ * at bsm (MN-major, read transposed). Issued, not committed. */
+template <typename T, class K>
+__device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t t, uint32_t bsm, int c) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int d = 0; d < 2; ++d)
-            WgOps<T>::ss_n64_tb(&acc[8 * d][0], sw128_desc(t + kk * 32, 16, 1024),
-                                sw128_desc(bsm + (cb + d) * 64 * 128 + kk * 16 * 128, 1024, 1024), 1);
+    for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t da = sw128_desc(t + kk * 32, 16, 1024);
+        WgOps<T>::ss_n64_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
+        if (K::W1 == 64) WgOps<T>::ss_n64_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+        else WgOps<T>::ss_n32_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+    }
 }
 
 /* This thread's elements of a warpgroup's 32 query rows (32c ..) in a
@@ -699,12 +737,13 @@ __global__ void __launch_bounds__(384, 1)
                           const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
                           float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
+    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, STD = K::STD, NDB = K::NDB, DQM = K::DQM;
+    constexpr int NJW = K::NJW, W1 = K::W1;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     extern __shared__ unsigned char smem_raw[];
     /* K/V; Q full, empty; dO full, empty; dQ piece full, empty of each
      * consumer warpgroup; K/V landed (SCRUB) */
-    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 2 + 4 + 1];
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 2 * STD + 4 + 1];
     __shared__ uint32_t kbad[4];
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + K::OFF_V, sQ = base + K::OFF_Q, sdO = base + K::OFF_DO;
@@ -712,16 +751,17 @@ __global__ void __launch_bounds__(384, 1)
     float *sLD = reinterpret_cast<float *>(smem_raw + (base - raw) + K::OFF_LD);
     const uint32_t barKV = smem_u32(&bars[0]);
     const Ring<ST> rq = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
-    const Ring<1> rdo = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[2 + 2 * ST])};
-    const Ring<1> rdq0 = {smem_u32(&bars[3 + 2 * ST]), smem_u32(&bars[5 + 2 * ST])};
-    const Ring<1> rdq1 = {smem_u32(&bars[4 + 2 * ST]), smem_u32(&bars[6 + 2 * ST])};
-    const uint32_t kvland = smem_u32(&bars[7 + 2 * ST]);
+    constexpr int B0 = 1 + 2 * ST + 2 * STD; /* the dQ pieces' barriers */
+    const Ring<STD> rdo = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[1 + 2 * ST + STD])};
+    const Ring<1> rdq0 = {smem_u32(&bars[B0]), smem_u32(&bars[B0 + 2])};
+    const Ring<1> rdq1 = {smem_u32(&bars[B0 + 1]), smem_u32(&bars[B0 + 3])};
+    const uint32_t kvland = smem_u32(&bars[B0 + 4]);
     constexpr bool KSCRUB = SCRUB; /* as the HD ≤ 128 kernel */
 
     const fc_attn &a = p.a;
     const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp);
+    const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp, DQM == DQ_ORDERED && order == ORD_DOWN);
     const int kb = id.kb, hk = id.hk, b = id.b;
     const bool partial = kb < sp.nsb;
     const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
@@ -736,8 +776,10 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(rq.full + 8 * s, 33);   /* the TMA + warp 1's 32 lanes (L/Δ) */
             mbar_init(rq.empty + 8 * s, 256); /* every consumer thread */
         }
-        mbar_init(rdo.full, 1);
-        mbar_init(rdo.empty, 256);
+        for (int s = 0; s < STD; ++s) {
+            mbar_init(rdo.full + 8 * s, 1);
+            mbar_init(rdo.empty + 8 * s, 256);
+        }
         for (int c = 0; c < 2; ++c) {
             mbar_init((c ? rdq1 : rdq0).full, 128); /* the warpgroup's threads */
             mbar_init((c ? rdq1 : rdq0).empty, 1);  /* the draining thread */
@@ -772,9 +814,10 @@ __global__ void __launch_bounds__(384, 1)
                 rq.wait_empty(it);
                 mbar_expect_tx(rq.full + 8 * st, K::T_BYTES);
                 tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, rq.full + 8 * st, i0, h, b);
+                const int sd = it % STD;
                 rdo.wait_empty(it);
-                mbar_expect_tx(rdo.full, K::T_BYTES);
-                tma_tile<BQ, NDB>(sdO, &tdo, rdo.full, i0, h, b);
+                mbar_expect_tx(rdo.full + 8 * sd, K::T_BYTES);
+                tma_tile<BQ, NDB>(sdO + sd * K::T_BYTES, &tdo, rdo.full + 8 * sd, i0, h, b);
             }
         } else if (warp == 1) {
             for (int it = 0; it < n_iter; ++it) {
@@ -793,7 +836,7 @@ __global__ void __launch_bounds__(384, 1)
             }
         } else if (tid == 64) {
             /* warp 2 drains the dQ pieces of each tile in a fixed order:
-             * (warpgroup 0, 1) × (its first, second column block). */
+             * (warpgroup 0, 1) × (its first, second column piece). */
             for (int it = 0; it < n_iter; ++it) {
                 int h, i0;
                 tw.tile(it, h, i0, BQ);
@@ -805,7 +848,8 @@ __global__ void __launch_bounds__(384, 1)
                     const Ring<1> &rr = c ? rdq1 : rdq0;
                     rr.wait_full(2 * it + r);
                     if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
-                    bulk_reduce_add_f32_read(dst + (2 * c + r) * BQ * 64, sdQ + c * K::DQB_BYTES, K::DQB_BYTES);
+                    bulk_reduce_add_f32_read(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES,
+                                             (r ? W1 : 64) * BQ * 4);
                     rr.release(2 * it + r);
                 }
                 asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -824,7 +868,7 @@ __global__ void __launch_bounds__(384, 1)
         const Ring<1> &rdq = cw ? rdq1 : rdq0;
         const uint32_t dqbuf = sdQ + cw * K::DQB_BYTES;
 
-        float acc_dk[16][4], acc_dv[16][4], acc_s[4][4], acc_dp[4][4];
+        float acc_dk[NJW][4], acc_dv[NJW][4], acc_s[4][4], acc_dp[4][4];
         zero_acc(acc_dk);
         zero_acc(acc_dv);
         zero_acc(acc_s);
@@ -835,9 +879,10 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int w = 0; w < 4; ++w) bad[w] = kbad[w];
         const bool anybad = (bad[0] | bad[1] | bad[2] | bad[3]) != 0u;
-        /* One dQ piece (column block cb of the tile's rows) to this
-         * warpgroup's buffer, use u; rows that see a scrubbed key: NaN. */
-        auto put_dq = [&](const float (&acc_dq)[8][4], int u, int i0) {
+        /* One dQ piece (W columns of the tile's rows) to this warpgroup's
+         * buffer, use u; rows that see a scrubbed key: NaN. */
+        auto put_dq = [&](const float (&acc_dq)[8][4], int u, int i0, auto width) {
+            constexpr int W = decltype(width)::value;
             rdq.wait_empty(u);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
@@ -846,8 +891,8 @@ __global__ void __launch_bounds__(384, 1)
                                          ? __int_as_float(0x7fc00000)
                                          : 0.f;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const uint32_t addr = dqbuf + (r * 64 + dq_col(r, 8 * j + 2 * t4, 64)) * 4;
+                for (int j = 0; j < W / 8; ++j) {
+                    const uint32_t addr = dqbuf + (r * W + dq_col(r, 8 * j + 2 * t4, W)) * 4;
                     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc_dq[j][2 * hf] + poison),
                                  "f"(acc_dq[j][2 * hf + 1] + poison)
                                  : "memory");
@@ -856,13 +901,16 @@ __global__ void __launch_bounds__(384, 1)
             fence_proxy_async_smem();
             mbar_arrive(rdq.full);
         };
-        /* dQ piece = dS·K[:, column block cb] (both operands transposed). */
-        auto issue_dq = [&](float (&acc_dq)[8][4], uint32_t sdS, int cb) {
+        /* dQ piece r = dS·K[:, piece r] (both operands transposed). */
+        auto issue_dq = [&](float (&acc_dq)[8][4], uint32_t sdS, int r) {
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-                WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(sdS + kk * 16 * 128, 1024, 1024),
-                                    sw128_desc(sK + cb * BN * 128 + kk * 16 * 128, 1024, 1024), kk > 0 ? 1 : 0);
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                const uint64_t da = sw128_desc(sdS + kk * 16 * 128, 1024, 1024);
+                const uint64_t db = mn_desc<BN>(sK, K::piece_col(cw, r), 16 * kk);
+                if (r == 0 || W1 == 64) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
+                else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
+            }
             wg_commit();
         };
         for (int it = 0; it < n_iter; ++it) {
@@ -870,12 +918,12 @@ __global__ void __launch_bounds__(384, 1)
             tw.tile(it, h, i0, BQ);
             const int st = it % ST;
             const float *Lt = sLD + st * 2 * BQ, *Dt = Lt + BQ;
-            const uint32_t sQt = sQ + st * K::T_BYTES;
+            const uint32_t sQt = sQ + st * K::T_BYTES, sdOt = sdO + (it % STD) * K::T_BYTES;
             const uint32_t sPt = sP + (it & 1) * 2 * K::PT_BYTES, sdSt = sPt + K::PT_BYTES;
             rq.wait_full(it);
             issue_abt_n32<T, HD>(acc_s, sK, BN * 128, sQt + rq0 * 128, BQ * 128); /* Sᵀ = K Qᵀ */
             rdo.wait_full(it);
-            issue_abt_n32<T, HD>(acc_dp, sV, BN * 128, sdO + rq0 * 128, BQ * 128); /* dPᵀ = V dOᵀ */
+            issue_abt_n32<T, HD>(acc_dp, sV, BN * 128, sdOt + rq0 * 128, BQ * 128); /* dPᵀ = V dOᵀ */
             wg_wait<1>();
             acc_fence(acc_s);
             const int ia = i0 + rq0; /* this warpgroup's first row */
@@ -895,7 +943,7 @@ __global__ void __launch_bounds__(384, 1)
             fence_proxy_async_smem();
             asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* Pᵀ complete */
             wg_fence();
-            issue_tile_ab<T>(acc_dv, sPt, sdO, 2 * cw); /* dV += Pᵀ dO */
+            issue_tile_ab<T, K>(acc_dv, sPt, sdOt, cw); /* dV += Pᵀ dO */
             wg_commit();
             wg_wait<1>(); /* dPᵀ landed; dV in flight */
             acc_fence(acc_dp);
@@ -907,22 +955,23 @@ __global__ void __launch_bounds__(384, 1)
             rdo.release(it);                                 /* dO read by both products */
             asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* dSᵀ complete */
             float acc_dq[8][4];
-            issue_dq(acc_dq, sdSt, 2 * cw);
+            issue_dq(acc_dq, sdSt, 0);
             wg_fence();
-            issue_tile_ab<T>(acc_dk, sdSt, sQt, 2 * cw); /* dK += dSᵀ Q */
+            issue_tile_ab<T, K>(acc_dk, sdSt, sQt, cw); /* dK += dSᵀ Q */
             wg_commit();
             wg_wait<1>(); /* the first dQ piece landed; dK in flight */
             acc_fence(acc_dq);
-            put_dq(acc_dq, 2 * it, i0);
-            issue_dq(acc_dq, sdSt, 2 * cw + 1);
+            put_dq(acc_dq, 2 * it, i0, std::integral_constant<int, 64>());
+            issue_dq(acc_dq, sdSt, 1);
             wg_wait<0>();
             acc_fence(acc_dq);
             acc_fence(acc_dk);
-            put_dq(acc_dq, 2 * it + 1, i0);
+            put_dq(acc_dq, 2 * it + 1, i0, std::integral_constant<int, W1>());
             rq.release(it);
         }
 
-        /* keys key0, key0 + 8; columns 128·cw + 64·d + 8j + 2·t4 */
+        /* keys key0, key0 + 8; column tile j: piece j / 8 of the warpgroup */
+        auto col_of = [&](int j) { return K::piece_col(cw, j >> 3) + (j & 7) * 8 + 2 * t4; };
         if (partial) { /* fp32 dK (unscaled), dV of the chunk */
             float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + id.chunk) * (2 * BN * HD);
             float *pv = pk + BN * HD;
@@ -930,8 +979,8 @@ __global__ void __launch_bounds__(384, 1)
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = kr + 8 * hf;
 #pragma unroll
-                for (int j = 0; j < 16; ++j) {
-                    const int col = cw * 128 + j * 8 + 2 * t4;
+                for (int j = 0; j < NJW; ++j) {
+                    const int col = col_of(j);
                     *reinterpret_cast<float2 *>(pk + r * HD + col) = make_float2(acc_dk[j][2 * hf], acc_dk[j][2 * hf + 1]);
                     *reinterpret_cast<float2 *>(pv + r * HD + col) = make_float2(acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1]);
                 }
@@ -952,8 +1001,8 @@ __global__ void __launch_bounds__(384, 1)
                 if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
             }
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const int col = cw * 128 + j * 8 + 2 * t4;
+            for (int j = 0; j < NJW; ++j) {
+                const int col = col_of(j);
                 store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f, p.out_pairs);
                 store_pair(dvr, col, p.D, acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv, p.out_pairs);
             }
@@ -1004,10 +1053,10 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
     store_pair(dvr, c, p.D, dv.x * fv, dv.y * fv, p.out_pairs);
 }
 
-/* dq = scale · dQacc (the fused kernel's fp32 buffer, [B, Hq, Sqp / 64,
- * HD / W][64][W]: pieces of W columns, dq_col per piece; W = HD below
- * HD = 256, 64 there) in T; rows that no key block reached hold zeros. */
-template <typename T, int HD, int W>
+/* dq = scale · dQacc (the fused kernels' fp32 buffer, [B, Hq, Sqp] rows of
+ * HD floats, each 64-row tile laid out by dq_piece_off) in T; rows that no
+ * key block reached hold zeros. */
+template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
     const fc_attn &a = p.a;
@@ -1019,15 +1068,14 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
         const int i = (int)(row % p.Sq);
         const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
         const int ir = i & 63;
-        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + (i - ir)) * HD + (c / W) * (64 * W) +
-                                                           ir * W + dq_col(ir, c % W, W));
+        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c));
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
         store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
     }
 }
 
 /* ------------------------------------------------------------ host */
-static int padded(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+static int padded(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : D <= 192 ? 192 : 256; }
 
 struct Maps {
     CUtensorMap q, dout, k, v;
@@ -1066,8 +1114,8 @@ static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm, int BN) 
     return sp;
 }
 
-/* The key block of the kernel at HD: 64 keys at HD = 256, else 128. */
-static constexpr int block_keys(int HD) { return HD == 256 ? 64 : 128; }
+/* The key block of the kernel at HD: 64 keys at HD = 192, 256, else 128. */
+static constexpr int block_keys(int HD) { return HD > 128 ? 64 : 128; }
 
 template <typename T, int HD, int V>
 static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
@@ -1081,10 +1129,11 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
     fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
     const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
-    /* The order of the dQ additions (ORD_*): a head's blocks all resident
-     * (one CTA per SM) for DOWN/ROT; ROT where every row sees every key
-     * (one segment [0, Sq) for every block) and no more blocks than tiles. */
-    const int order = nkb > p.dev.sm_count ? ORD_UP : !scrub && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_DOWN;
+    /* The order of the dQ additions (ORD_*): DOWN where some row misses
+     * some key (causal, window); else ROT where a head's blocks can all be
+     * resident (one CTA per SM) and are no more than the tiles, UP past
+     * that. */
+    int order = scrub ? ORD_DOWN : nkb <= p.dev.sm_count && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_UP;
     Split sp = plan_split(p, nkb, order, dqm, BN);
     sp.gk = (int)gk;
     const int64_t grid = gk + (int64_t)sp.nsb * (sp.nc - 1) * p.Hkv * p.a.B;
@@ -1096,7 +1145,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         using KK = decltype(traits);
         void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, fcc_attn, int, const float *, const float *,
                      float *, int *, int, int, Split);
-        if constexpr (HD == 256)
+        if constexpr (HD > 128)
             kern = scrub ? bwd_wide_wgmma_kernel<T, KK, V, true> : bwd_wide_wgmma_kernel<T, KK, V, false>;
         else
             kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
@@ -1111,8 +1160,8 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         return FLASHC_OK;
     };
     flashc_status s;
-    if constexpr (HD == 256)
-        s = dqm == DQ_ORDERED ? run_kv(WideTraits<DQ_ORDERED>()) : run_kv(WideTraits<DQ_ATOMIC>());
+    if constexpr (HD > 128)
+        s = dqm == DQ_ORDERED ? run_kv(WideTraits<HD, DQ_ORDERED>()) : run_kv(WideTraits<HD, DQ_ATOMIC>());
     else
         s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>());
     if (sp.part) {
@@ -1122,7 +1171,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     FCC_TRY(s);
     const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq * (HD / 2) + 255) / 256;
     const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
-    bwd_dq_convert_wgmma<T, HD, HD == 256 ? 64 : HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
 }
@@ -1135,6 +1184,7 @@ static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb,
         switch (padded(p.D)) {
         case 64: return launch<T, 64, V>(p, m, Lb, Db, dqm, dq);
         case 128: return launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
+        case 192: return launch<T, 192, V>(p, m, Lb, Db, dqm, dq);
         default: return launch<T, 256, V>(p, m, Lb, Db, dqm, dq);
         }
     });
@@ -1166,7 +1216,8 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
     const int HD = padded((int)a.D);
     const int smem = HD == 64 ? KvTraits<64, DQ_ORDERED>::SMEM
                      : HD == 128 ? KvTraits<128, DQ_ORDERED>::SMEM
-                                 : WideTraits<DQ_ORDERED>::SMEM;
+                     : HD == 192 ? WideTraits<192, DQ_ORDERED>::SMEM
+                                 : WideTraits<256, DQ_ORDERED>::SMEM;
     return smem <= p.dev.smem_optin && encode_fn() != nullptr;
 }
 

@@ -47,5 +47,7 @@ for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(64, ty, tt=True))
     out.append(ss(64, ty, tb=True))
     out.append(ss(32, ty))
+    out.append(ss(32, ty, tt=True))
+    out.append(ss(32, ty, tb=True))
     out.append(rs(64, ty))
 print("\n\n".join(out))

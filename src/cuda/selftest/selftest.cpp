@@ -1190,8 +1190,8 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* D 256: wgmma fwd HD256 (64-key tiles, modifiers) / mma fwd HD256 / wgmma bwd HD256 (64-key
          * blocks; "mma": tc bwd HD256, two column slices per row group) */
         {{F, 1, 77, 90, 2, 1, 256, 0, -1, -1, 0, false, false, false, false, false, 0.0, true, 1, false}, true},
-        /* D 192: wgmma fwd HD192 (64-key tiles) / mma fwd HD192 (modifiers) / wgmma bwd HD256 (padded;
-         * "mma": tc bwd HD192, two column slices): causal window 40, sink tokens and logits, softcap */
+        /* D 192: wgmma fwd HD192 (64-key tiles) / mma fwd HD192 (modifiers) / wgmma bwd HD192 (64-key
+         * blocks, n64 + n32 column pieces; "mma": tc bwd HD192, two column slices): causal window 40, sink tokens and logits, softcap */
         {{BF, 1, 130, 200, 4, 2, 192, 1, 40, -1, 2, true, false, false, false, false, 4.0, false, 1, false}, true},
         /* wgmma fwd / mma HD64 / tc bwd with the atomic dQ (deterministic 0, HD 64, Sk ≥ 2048),
          * causal + window 256 */
@@ -1203,7 +1203,7 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         {{BF, 1, 600, 600, 2, 1, 64, 1, 30, 0, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
         /* the same at HD 256 (64-key blocks: block 0 split over 7 CTAs) */
         {{BF, 1, 600, 600, 2, 1, 256, 1, 30, 0, 2, false, false, false, false, false, 0.0, false, 1, false}, true},
-        /* wgmma bwd HD256 with the unordered dQ (deterministic 0), D 200 (padded), softcap, sink
+        /* wgmma bwd HD256 with the unordered dQ (deterministic 0), D 200 (padded to 256), softcap, sink
          * logits, Sq < Sk / tc bwd HD256 */
         {{F, 1, 200, 333, 4, 2, 200, 0, -1, -1, 0, true, false, false, false, false, 5.0, false, 0, false}, true},
         /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
