@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(384, 1)
         const bool anybad = (bad[0] | bad[1] | bad[2] | bad[3]) != 0u;
         /* One dQ piece (W columns of the tile's rows) to this warpgroup's
          * buffer, use u; rows that see a scrubbed key: NaN. */
-        auto put_dq = [&](const float (&acc_dq)[8][4], int u, int i0, auto width) {
+        auto put_dq = [&](const auto &acc_dq, int u, int i0, auto width) {
             constexpr int W = decltype(width)::value;
             rdq.wait_empty(u);
 #pragma unroll
@@ -902,13 +902,13 @@ __global__ void __launch_bounds__(384, 1)
             mbar_arrive(rdq.full);
         };
         /* dQ piece r = dS·K[:, piece r] (both operands transposed). */
-        auto issue_dq = [&](float (&acc_dq)[8][4], uint32_t sdS, int r) {
+        auto issue_dq = [&](auto &acc_dq, uint32_t sdS, int r) {
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
                 const uint64_t da = sw128_desc(sdS + kk * 16 * 128, 1024, 1024);
                 const uint64_t db = mn_desc<BN>(sK, K::piece_col(cw, r), 16 * kk);
-                if (r == 0 || W1 == 64) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
+                if constexpr (sizeof(acc_dq) == 8 * 4 * sizeof(float)) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
                 else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
             }
             wg_commit();
@@ -962,11 +962,12 @@ __global__ void __launch_bounds__(384, 1)
             wg_wait<1>(); /* the first dQ piece landed; dK in flight */
             acc_fence(acc_dq);
             put_dq(acc_dq, 2 * it, i0, std::integral_constant<int, 64>());
-            issue_dq(acc_dq, sdSt, 1);
+            float acc_dq1[W1 / 8][4]; /* the second piece: its own W1 columns (HD = 192: an n32 accumulator) */
+            issue_dq(acc_dq1, sdSt, 1);
             wg_wait<0>();
-            acc_fence(acc_dq);
+            acc_fence(acc_dq1);
             acc_fence(acc_dk);
-            put_dq(acc_dq, 2 * it + 1, i0, std::integral_constant<int, W1>());
+            put_dq(acc_dq1, 2 * it + 1, i0, std::integral_constant<int, W1>());
             rq.release(it);
         }
 
