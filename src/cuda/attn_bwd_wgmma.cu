@@ -30,8 +30,7 @@
  *     write their dSᵀ (bf16/f16) into one [128 keys][64 rows] smem tile,
  *     and a m64n64k16 product with both operands transposed (dS and the
  *     K block) gives 64 columns of dQ per warpgroup over all 128 keys
- *     (HD = 64: every column over the warpgroup's own 64 keys, two partial
- *     tiles). The fp32 tiles go to a double-buffered smem ring while
+ *     (HD = 64: m64n32, 32 columns each). The fp32 tiles go to a double-buffered smem ring while
  *     [dV, dK] runs; the drain thread adds them to an fp32
  *     [B, Hq, Sq(64), HD] buffer with bulk reductions
  *     (cp.reduce.async.bulk .add.f32), one after the other; a last kernel
@@ -110,6 +109,12 @@ __device__ __forceinline__ void issue_ab(float (&acc)[HD / 8][4], const uint32_t
             WgOps<T>::rs_n64_tb(&acc[db * 8][0], a[kk], sw128_desc(bsm + db * R * 128 + kk * 16 * 128, 1024, 1024));
 }
 
+/* The MN-major (transposed) descriptor of column col (a multiple of 32) of
+ * a [R rows][HD] tile at t (64-column blocks of R × 128 B), rows from k0. */
+template <int R> __device__ __forceinline__ uint64_t mn_desc(uint32_t t, int col, int k0) {
+    return sw128_desc(t + (col >> 6) * R * 128 + (col & 63) * 2 + k0 * 128, 1024, 1024);
+}
+
 template <int NJ> __device__ __forceinline__ void zero_acc(float (&acc)[NJ][4]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
@@ -133,17 +138,14 @@ template <int HD_, int DQM_> struct KvTraits {
     static constexpr int KV_BYTES = BN * HD * 2; /* the K or the V block */
     static constexpr int T_BYTES = BQ * HD * 2;  /* one Q or dO tile */
     static constexpr int DS_BYTES = BN * BQ * 2; /* one dSᵀ tile [128 keys][64 rows] */
-    static constexpr int DQ_BYTES = BQ * HD * 4; /* one fp32 dQ tile [64 rows][HD] */
-    /* dQ partial tiles per tile: HD = 128, one (each warpgroup its 64
-     * columns over all 128 keys); HD = 64, two (each warpgroup all columns
-     * over its own 64 keys; added one after the other) */
-    static constexpr int NPART = HD == 64 ? 2 : 1;
+    static constexpr int DQ_BYTES = BQ * HD * 4; /* one fp32 dQ tile [64 rows][HD]: each warpgroup
+                                                    its HD / 2 columns over all 128 keys */
     static constexpr int OFF_V = KV_BYTES;
     static constexpr int OFF_Q = 2 * KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
     static constexpr int OFF_DS = OFF_DO + ST * T_BYTES; /* [2] dSᵀ tiles */
-    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2][NPART] fp32 dQ tiles */
-    static constexpr int OFF_LD = OFF_DQ + 2 * NPART * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
+    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2] fp32 dQ tiles */
+    static constexpr int OFF_LD = OFF_DQ + 2 * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
     static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128, "HD 64 or 128");
     static_assert(SMEM <= 232448, "Hopper opt-in shared memory");
@@ -424,10 +426,8 @@ __global__ void __launch_bounds__(384, 1)
                 rdq.wait_full(it);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
                 if (DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
-#pragma unroll
-                for (int part = 0; part < K::NPART; ++part) /* one after the other: a fixed order */
-                    bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD,
-                                        sdQ + ((it & 1) * K::NPART + part) * K::DQ_BYTES, K::DQ_BYTES);
+                bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
+                                    K::DQ_BYTES);
                 if (DQM == DQ_ORDERED) dq_order_done(sem);
                 rdq.release(it);
             }
@@ -515,24 +515,25 @@ __global__ void __launch_bounds__(384, 1)
                                  : "memory");
                 }
                 fence_proxy_async_smem();
-                /* dQ(tile) = dS·K. HD = 128: each warpgroup its 64 columns over
-                 * all 128 keys (both halves of dSᵀ written: a 256-thread
-                 * barrier); HD = 64: each warpgroup every column over its own
-                 * 64 keys (its own half: a 128-thread barrier), two partial
-                 * tiles. Every warpgroup issues the same products (a wgmma
-                 * under a branch on the warpgroup made ptxas serialise all of
-                 * them: C7520). */
-                if (HD == 128) asm volatile("bar.sync 4, 256;\n" ::: "memory");
-                else asm volatile("bar.sync %0, 128;\n" ::"r"(5 + cw) : "memory");
-                float acc_dq[8][4];
+                /* dQ(tile) = dS·K: each warpgroup its HD / 2 columns over all
+                 * 128 keys (m64n64, HD = 64: m64n32 from 64 bytes into the
+                 * swizzled rows for warpgroup 1), both halves of dSᵀ written
+                 * first (a 256-thread barrier). One tile per CTA and tile to
+                 * the drain (at HD = 64 two partial tiles over 64 keys each
+                 * doubled the reduce-add traffic). Every warpgroup issues the
+                 * same products (a wgmma under a branch on the warpgroup made
+                 * ptxas serialise all of them: C7520). */
+                asm volatile("bar.sync 4, 256;\n" ::: "memory");
+                float acc_dq[HD / 16][4];
                 wg_fence();
                 {
-                    const uint32_t kb_col = HD == 128 ? sK + cw * BN * 128 : sK + cw * 64 * 128;
-                    const uint32_t ds_rows = HD == 128 ? ds : ds + cw * 64 * 128;
 #pragma unroll
-                    for (int kk = 0; kk < (HD == 128 ? BN : 64) / 16; ++kk)
-                        WgOps<T>::ss_n64_tt(&acc_dq[0][0], sw128_desc(ds_rows + kk * 16 * 128, 1024, 1024),
-                                            sw128_desc(kb_col + kk * 16 * 128, 1024, 1024), kk > 0 ? 1 : 0);
+                    for (int kk = 0; kk < BN / 16; ++kk) {
+                        const uint64_t da = sw128_desc(ds + kk * 16 * 128, 1024, 1024);
+                        const uint64_t db = mn_desc<BN>(sK, cw * (HD / 2), 16 * kk);
+                        if constexpr (HD == 128) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
+                        else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
+                    }
                     wg_commit();
                 }
                 issue_dkv(it);
@@ -540,8 +541,8 @@ __global__ void __launch_bounds__(384, 1)
                     wg_wait<1>(); /* dQ landed; [dV, dK](it) in flight */
                     acc_fence(acc_dq);
                     rdq.wait_empty(it); /* the drain of tile it − 2 is done */
-                    const uint32_t dq = sdQ + ((it & 1) * K::NPART + (HD == 128 ? 0 : cw)) * K::DQ_BYTES;
-                    const int cb = HD == 128 ? cw * 64 : 0;
+                    const uint32_t dq = sdQ + (it & 1) * K::DQ_BYTES;
+                    const int cb = cw * (HD / 2);
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf) {
                         const int r = warp * 16 + g + 8 * hf;
@@ -550,7 +551,7 @@ __global__ void __launch_bounds__(384, 1)
                                                  ? __int_as_float(0x7fc00000)
                                                  : 0.f;
 #pragma unroll
-                        for (int j = 0; j < 8; ++j) {
+                        for (int j = 0; j < HD / 16; ++j) {
                             const uint32_t addr = dq + (r * HD + dq_col(r, cb + 8 * j + 2 * t4, HD)) * 4;
                             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr),
                                          "f"(acc_dq[j][2 * hf] + poison), "f"(acc_dq[j][2 * hf + 1] + poison)
@@ -682,12 +683,6 @@ __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, in
                          sw128_desc(bsm + (kk >> 2) * bstride + koff, 16, 1024), kk > 0 ? 1 : 0);
     }
     wg_commit();
-}
-
-/* The MN-major (transposed) descriptor of column col (a multiple of 32) of
- * a [R rows][HD] tile at t (64-column blocks of R × 128 B), rows from k0. */
-template <int R> __device__ __forceinline__ uint64_t mn_desc(uint32_t t, int col, int k0) {
-    return sw128_desc(t + (col >> 6) * R * 128 + (col & 63) * 2 + k0 * 128, 1024, 1024);
 }
 
 /* acc (m64 × (64 + W1)) += A·B: A = the [64 keys][64 rows] tile at t
