@@ -625,3 +625,29 @@ def test_torch_varlen_autograd(backend, rng):
     with pytest.raises(flashc.FlashcError, match="cu_seqlens_q has dtype"):
         ft.attention_varlen(tq, tk, tv, torch.tensor(cu_q, dtype=torch.float32),
                             torch.tensor(cu_k), **targs)
+
+
+def test_torch_varlen_deterministic_keyword(backend, rng):
+    """flashc.torch.attention_varlen(deterministic=): True (the default) gives
+    bit-identical gradients twice, False the same up to float rounding."""
+    torch = pytest.importorskip("torch")
+    import flashc.torch as ft
+    dev = "cuda" if backend == "cuda" else "cpu"
+    lens_q, lens_k, pad = LENGTHS["mixed"]
+    q, k, v, cu_q, cu_k, kw = make(rng, lens_q, lens_k, pad, 4, 2, 64, "float32", MODS["none"],
+                                   use_sinks=False, causal=True)
+    rows, krow = inside(cu_q, q.shape[0]), inside(cu_k, k.shape[0])
+    q[~rows], k[~krow], v[~krow] = 0.0, 0.0, 0.0
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    do[~rows] = 0.0
+    do = torch.tensor(do, device=dev)
+    cq, ck = torch.tensor(cu_q, device=dev), torch.tensor(cu_k, device=dev)
+
+    def grads(det):
+        tq, tk, tv = (torch.tensor(a, device=dev, requires_grad=True) for a in (q, k, v))
+        ft.attention_varlen(tq, tk, tv, cq, ck, deterministic=det, **kw).backward(do)
+        return [t.grad for t in (tq, tk, tv)]
+    g1, g2, gn = grads(True), grads(True), grads(False)
+    for a, b, c in zip(g1, g2, gn):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(c, a, rtol=1e-5, atol=1e-5)

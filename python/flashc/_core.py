@@ -762,7 +762,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
     (dsinks [Hq], the sinks' float type, overwritten). The softcap's
     derivative (1 - tanh^2) is applied; the ALiBi slopes are constants and
     get no gradient. out= may be a tuple of those arrays (any strides).
-    deterministic=False lets the CUDA backend use float atomics for dq.
+    deterministic=False lets the CUDA backend add dq's partial sums in any
+    order (faster; the last bits may then differ from run to run).
     """
     outs = _split_out(out, 4 if sinks is not None else 3, "attention_backward") + (None,)
     call = _Call(backend, {"do": do, "q": q, "k": k, "v": v, "o": o, "lse": lse, "sinks": sinks,

@@ -389,7 +389,7 @@ class _AttentionVarlen(torch.autograd.Function):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
                      causal=False, softmax_scale=None, window=(-1, -1), sink_tokens=0,
-                     sinks=None, softcap=None, alibi_slopes=None):
+                     sinks=None, softcap=None, alibi_slopes=None, deterministic=True):
     """o = attention over a packed batch of sequences, with gradients for q,
     k, v and sinks (flashc_attn_varlen_bwd).
 
@@ -399,11 +399,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     are checked); max_seqlen_*: None = computed from host cu_seqlens, else
     0 (the library finds it). Returns o [Tq, Hq, D]. Every keyword means
     what it means for attention(), per sequence (bottom-right aligned per
-    sequence; [B, Hq] ALiBi slopes are per sequence). Rows of o outside
-    every sequence are unspecified; their gradients are zero.
+    sequence; [B, Hq] ALiBi slopes are per sequence), deterministic too.
+    Rows of o outside every sequence are unspecified; their gradients are
+    zero.
     """
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
-              sink_tokens=int(sink_tokens), softcap=softcap)
+              sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic))
     cu_q = _index(cu_seqlens_q, q, "cu_seqlens_q")
     cu_k = _index(cu_seqlens_k, q, "cu_seqlens_k")
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
