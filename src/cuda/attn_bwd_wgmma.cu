@@ -1051,22 +1051,36 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
 
 /* dq = scale · dQacc (the fused kernels' fp32 buffer, [B, Hq, Sqp] rows of
  * HD floats, each 64-row tile laid out by dq_piece_off) in T; rows that no
- * key block reached hold zeros. */
+ * key block reached hold zeros. A row per TPR threads (HD / 4 rounded up to
+ * a power of two), 4 columns a thread: dq_piece_off keeps 4 columns of a
+ * multiple of 4 together (pieces ≥ 32 wide, rotations by multiples of 8),
+ * so one 16-byte load; the row's (b, h, i) worked out once per thread (the
+ * 64-bit divisions per element cost the old one-pair-a-thread kernel half
+ * its time). Grid-stride over groups of 256 / TPR rows. */
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
+    constexpr int TPR = HD <= 64 ? 16 : HD <= 128 ? 32 : 64, RPB = 256 / TPR;
     const fc_attn &a = p.a;
-    const int64_t n = (int64_t)a.B * p.Hq * p.Sq * (HD / 2);
-    for (int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * 256) {
-        const int c = (int)(idx % (HD / 2)) * 2;
-        const int64_t row = idx / (HD / 2);
-        if (c >= p.D) continue;
+    const int64_t nrows = (int64_t)a.B * p.Hq * p.Sq;
+    const int c = (threadIdx.x % TPR) * 4;
+    if (c >= HD || c >= p.D) return; /* no barrier below */
+    for (int64_t row = (int64_t)blockIdx.x * RPB + threadIdx.x / TPR; row < nrows; row += (int64_t)gridDim.x * RPB) {
         const int i = (int)(row % p.Sq);
         const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
         const int ir = i & 63;
-        const float2 x = *reinterpret_cast<const float2 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c));
+        const float4 x =
+            __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c)));
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
-        store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
+        if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
+            uint2 w;
+            w.x = Ops<T>::pack(x.x * p.scale, x.y * p.scale);
+            w.y = Ops<T>::pack(x.z * p.scale, x.w * p.scale);
+            *reinterpret_cast<uint2 *>(r + c) = w;
+        } else {
+            store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
+            store_pair(r, c + 2, p.D, x.z * p.scale, x.w * p.scale, p.out_pairs);
+        }
     }
 }
 
@@ -1165,7 +1179,8 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
     }
     FCC_TRY(s);
-    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq * (HD / 2) + 255) / 256;
+    constexpr int RPB = 256 / (HD <= 64 ? 16 : HD <= 128 ? 32 : 64);
+    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq + RPB - 1) / RPB;
     const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
     bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
