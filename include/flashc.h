@@ -112,8 +112,10 @@
  * Precision: F32, F16 and BF16 inputs are computed with fp32 arithmetic
  * (the CUDA backend rounds P to the input type before P·V for F16/BF16, as
  * FlashAttention does; F32 never uses TF32) and the output is rounded to the
- * input dtype. On CPUs with AVX512-BF16 (flashc_cpu_features()), the CPU
- * forward of BF16 inputs uses bf16 products with fp32 accumulation: S = Q·Kᵀ
+ * input dtype. On CPUs with AVX512-BF16 or AMX-BF16 (flashc_cpu_features()),
+ * the CPU forward of BF16 inputs uses bf16 products with fp32 accumulation
+ * (AMX: the tile unit's TDPBF16PS, which flushes denormal inputs and
+ * results to zero): S = Q·Kᵀ
  * from the inputs as given (the products are exact), the softmax in fp32,
  * and P rounded to bf16 before P·V, as on CUDA; decode-sized calls (few
  * query rows per K/V head) keep the fp32 path. The backward of F16/BF16
@@ -319,7 +321,14 @@ FLASHC_API const char *flashc_cpu_isa(void);
  *                  the fp32 path (AMD; on Intel it issues on one port and
  *                  measured slower). FLASHC_CPU_BF16=0 in the environment
  *                  turns it off (BF16 then runs the fp32-conversion path),
- *                  =1 on wherever the CPU has it. */
+ *                  =1 on wherever the CPU has it.
+ *   "amx_bf16"     cpuid AMX-TILE and AMX-BF16, the OS saving the tile state
+ *                  and granting it to the process (Linux arch_prctl), with
+ *                  the avx512 path: the BF16 forward runs S = Q·Kᵀ and P·V on
+ *                  the tile unit (same precision as avx512_bf16; 2-3x the
+ *                  fp32-conversion path's speed, measured). On by default;
+ *                  FLASHC_CPU_AMX=0 turns it off, and so does
+ *                  FLASHC_CPU_BF16=0 (every bf16-product path off). */
 FLASHC_API const char *flashc_cpu_features(void);
 
 /* Environment. flashc reads these variables (all optional; one policy for
@@ -331,7 +340,9 @@ FLASHC_API const char *flashc_cpu_features(void);
  * flashc_cpu_isa()/flashc_cpu_features() cannot fail and ignore it). They
  * exist for tests and benchmarks; results are valid under every setting.
  *   FLASHC_CPU_ISA=scalar|avx2|avx512  cap the CPU SIMD path (never above what the CPU runs)
- *   FLASHC_CPU_BF16=0|1                AVX512-BF16 paths off / on (see flashc_cpu_features)
+ *   FLASHC_CPU_BF16=0|1                AVX512-BF16 paths off / on (see flashc_cpu_features);
+ *                                      0 turns the AMX path off too
+ *   FLASHC_CPU_AMX=0|1                 the AMX-BF16 forward off / on (default on where present)
  *   FLASHC_CPU_DECODE_ROWS=n           CPU forward: decode path up to n query rows per
  *                                      (batch, kv head); 0 = never; capped at 64
  *   FLASHC_CPU_BWD=twopass             CPU backward: force the two-pass (key-major) schedule

@@ -251,6 +251,7 @@ int fc_cpu_isa_level(void);
 /* 1 when the AVX-512 level is in use and the CPU has AVX512_BF16
  * (vdpbf16ps), unless FLASHC_CPU_BF16=0 (read at every call). */
 int fc_cpu_has_avx512bf16(void);
+int fc_cpu_has_amx(void); /* the AMX-BF16 forward is usable (isa.c; FLASHC_CPU_AMX, FLASHC_CPU_BF16) */
 
 /* fp16/bf16 <-> f32 conversion, exact (round-to-nearest-even on the way down). */
 static inline float fc_bf16_to_f32(uint16_t h) {

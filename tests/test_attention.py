@@ -574,3 +574,58 @@ def test_cpu_bf16_fast_path(rng, monkeypatch, shape, mask, layout):
         tol = tolerance(ref, naive, dt)
         err = max_abs_err(a, b)
         assert err <= tol, "%s: fast vs fp32 path differ by %.3g > %.3g" % (what, err, tol)
+
+
+# ------------------------------------------------ CPU BF16 on AMX tiles
+# Where the CPU has AMX-BF16 (and the OS lets the process use it) the BF16
+# forward runs both products on the tile unit (flashc.h, Environment:
+# FLASHC_CPU_AMX). The same cases: the AMX path and the fp32-conversion path
+# each within the naive bound of the float64 reference, and different bytes
+# (else AMX was not taken); the vdpbf16ps path (FLASHC_CPU_AMX=0,
+# FLASHC_CPU_BF16=1) is checked against the reference too.
+
+def _amx_available():
+    return flashc.cpu_isa() == "avx512" and "amx_bf16" in flashc.cpu_features()
+
+
+@pytest.mark.parametrize("shape,mask,layout", [
+    pytest.param(s, m, l, id="%s-%s-%s" % ("_".join(map(str, s)), _mask_id(m), l))
+    for s, m, l in _BF16_CASES])
+def test_cpu_bf16_amx_path(rng, monkeypatch, shape, mask, layout):
+    monkeypatch.delenv("FLASHC_CPU_BF16", raising=False)
+    monkeypatch.delenv("FLASHC_CPU_AMX", raising=False)  # on by default where the CPU has it
+    if not _amx_available():
+        pytest.skip("no AMX-BF16 path here (isa %s, features %s)"
+                    % (flashc.cpu_isa(), flashc.cpu_features()))
+    monkeypatch.setenv("FLASHC_CPU_DECODE_ROWS", "0")  # decode-sized shapes onto the row-block path
+    seed = int(rng.integers(2 ** 31))
+    amx, amx_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
+                                   layout=layout, **mask)
+    monkeypatch.setenv("FLASHC_CPU_AMX", "0")
+    assert "amx_bf16" not in flashc.cpu_features()
+    monkeypatch.setenv("FLASHC_CPU_BF16", "1")
+    if "avx512_bf16" in flashc.cpu_features():  # the vdpbf16ps path, against the reference
+        check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16", layout=layout, **mask)
+    monkeypatch.setenv("FLASHC_CPU_BF16", "0")
+    assert flashc.cpu_features() == []
+    slow, slow_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
+                                     layout=layout, **mask)
+    assert not np.array_equal(amx, slow), "the AMX path gave the fp32 path's bytes"
+    q, k, v, sinks = make_inputs(np.random.default_rng(seed), *shape, "bfloat16",
+                                 mask.get("use_sinks", False))
+    kw = {key: val for key, val in mask.items() if key != "use_sinks"}
+    ro, rl = attention_reference(q, k, v, sinks=sinks, **kw)
+    no, nl = attention_naive(q, k, v, "bfloat16", sinks=sinks, **kw)
+    for what, a, b, ref, naive, dt in (("o", amx, slow, ro, no, "bfloat16"),
+                                       ("lse", amx_lse, slow_lse, rl, nl, "float32")):
+        tol = tolerance(ref, naive, dt)
+        err = max_abs_err(a, b)
+        assert err <= tol, "%s: AMX vs fp32 path differ by %.3g > %.3g" % (what, err, tol)
+
+
+def test_cpu_amx_knob_validated(monkeypatch):
+    """FLASHC_CPU_AMX accepts 0 and 1 only: another value is an error naming it."""
+    monkeypatch.setenv("FLASHC_CPU_AMX", "yes")
+    q = np.ones((1, 4, 1, 8), np.float32)
+    with pytest.raises(flashc.FlashcError, match="FLASHC_CPU_AMX"):
+        flashc.attention(q, q, q)

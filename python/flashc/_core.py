@@ -104,8 +104,9 @@ def cpu_isa():
 
 def cpu_features():
     """Optional extensions the CPU paths use on top of cpu_isa(), e.g.
-    ['avx512_bf16'] (the BF16 forward on vdpbf16ps); FLASHC_CPU_BF16=0 turns
-    it off, read at every call."""
+    ['avx512_bf16'] (the BF16 forward on vdpbf16ps) or ['amx_bf16'] (on AMX
+    tiles); FLASHC_CPU_BF16=0 turns both off, FLASHC_CPU_AMX=0 the AMX one,
+    read at every call."""
     return _lib.flashc_cpu_features().decode().split()
 
 

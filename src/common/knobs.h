@@ -69,6 +69,8 @@ static inline int fc_knob_cpu_isa(void) { return fc_knob_choice("FLASHC_CPU_ISA"
 static const char *const fc_knob_bool_names[] = {"0", "1", NULL};
 static inline int fc_knob_cpu_bf16(void) { return fc_knob_choice("FLASHC_CPU_BF16", fc_knob_bool_names); }
 
+static inline int fc_knob_cpu_amx(void) { return fc_knob_choice("FLASHC_CPU_AMX", fc_knob_bool_names); }
+
 static inline long fc_knob_cpu_decode_rows(void) { return fc_knob_int("FLASHC_CPU_DECODE_ROWS", 64); }
 
 static const char *const fc_knob_bwd_names[] = {"twopass", NULL};
@@ -101,6 +103,7 @@ typedef struct fc_knob_spec {
 static const fc_knob_spec fc_knob_specs[] = {
     {"FLASHC_CPU_ISA", fc_knob_isa_names, "scalar, avx2, avx512"},
     {"FLASHC_CPU_BF16", fc_knob_bool_names, "0, 1"},
+    {"FLASHC_CPU_AMX", fc_knob_bool_names, "0, 1"},
     {"FLASHC_CPU_DECODE_ROWS", NULL, "a non-negative integer (0 = never; capped at 64)"},
     {"FLASHC_CPU_BWD", fc_knob_bwd_names, "twopass"},
     {"FLASHC_CUDA_KERNEL", fc_knob_cuda_kernel_names, "generic, mma"},

@@ -36,6 +36,7 @@ flashc_status fc_attn_fwd_avx2_decode(const fc_attn *a);   /* few query rows */
 flashc_status fc_attn_fwd_avx512_f32(const fc_attn *a);    /* F32, F16, BF16 */
 flashc_status fc_attn_fwd_avx512_decode(const fc_attn *a); /* few query rows */
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a);    /* BF16 on vdpbf16ps */
+flashc_status fc_attn_fwd_amx_bf16(const fc_attn *a);      /* BF16 on AMX tiles (same file) */
 
 /* Work list: item t is (outer index, block index); cost = visible keys of
  * the block's union times its rows. Sorted heaviest first so that the

@@ -22,7 +22,25 @@
  *   Vp (BC/2, Dp) u32   Vp[i][d] = (v[2i][d], v[2i+1][d]), packed per tile
  *                       with two vpermt2w per 32 dims
  * Per pair step the kernels do 2 row loads + 8 broadcasts + 16 vdpbf16ps,
- * twice the multiply-adds per instruction of the fp32 kernels. */
+ * twice the multiply-adds per instruction of the fp32 kernels.
+ *
+ * AMX (FLASHC_HAVE_AMX, taken where the CPU and the OS have AMX-BF16, see
+ * isa.c): the same block, softmax and layouts with both products on the
+ * tile unit (TDPBF16PS: 16 × 16 fp32 += 16 × 32 bf16 · 32 × 16 bf16 as
+ * pairs; fp32 accumulation, denormal inputs and outputs flushed). The
+ * layouts above are already what it wants:
+ *   S: C = Sᵀ (16 keys × 16 rows) += A · B with A = 16 K rows × 32 dims
+ *      (bf16 as in memory, any row stride: read in place when D is a
+ *      multiple of 32 and the 16 rows are evenly spaced, else from Kp) and
+ *      B = 16 pairs of Qt × 16 rows; blocks of 32 keys × 32 rows (tiles 0-3
+ *      C, 4-5 A, 6-7 B), stored into St, then × qk_mul.
+ *   O: C = Oᵀ (16 dims × 16 rows, loaded from Ot after the α rescale) +=
+ *      A · B with A = 16 rows of Vt (dp, BC) bf16 — V transposed per tile,
+ *      one 16 × 16 transpose of the 32-bit key pairs of Vp per block — and
+ *      B = 16 pairs of Pt × 16 rows; keys in steps of 32, the pairs past
+ *      the tile's end zero in Pt and Vt.
+ * Rows past the block's last row group (of 32) are neither computed nor
+ * read. */
 #include "attn_fwd.h"
 #include "simd_avx512.h"
 #include "simd_score.h"
@@ -62,7 +80,8 @@ static size_t FN(scratch_floats)(int64_t D) {
            + (size_t)FC_BC * FC_BR / 2 /* Pt */
            + (size_t)FC_BC * dp / 2   /* Kp */
            + (size_t)FC_BC * dp / 2   /* Vp */
-           + 8 * FC_BR + FC_VF_W * dp + 2 * dp;
+           + 8 * FC_BR + FC_VF_W * dp + 2 * dp
+           + (size_t)FC_BC * dp / 2;  /* Vt (AMX) */
 }
 
 /* A bf16 row: src itself when its d-stride is 1, else gathered into buf. */
@@ -239,6 +258,103 @@ static inline void FN(pack_vpair)(int32_t *vp, const uint16_t *v0, const uint16_
     }
 }
 
+#if defined(FLASHC_HAVE_AMX)
+/* ------------------------------------------------------------------ AMX */
+/* Palette 1, tiles 0-7 all 16 rows × 64 bytes (loaded per block: the
+ * configuration is per thread). */
+static void FN(amx_config)(void) {
+    struct {
+        uint8_t palette, start_row, rsv[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        c.colsb[t] = 64;
+        c.rows[t] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+// st (BC, BR) = mul · (K rows · Qt) for the blocks of 32 keys × 32 rows of the first nrg row groups
+// that meet the group's [jlo, jhi) (others left as they were, as FN(qk)). ka[g], kst[g]: the first
+// row and the row stride in bytes of key group g (16 keys, dp bf16 readable per row).
+static void FN(qk_amx)(const int32_t *qt, const uint16_t *const *ka, const int64_t *kst, int nb, int64_t dp,
+                       int nrg, const int32_t *jlo, const int32_t *jhi, float *st, float mul) {
+    const __m512 vmul = _mm512_set1_ps(mul);
+    for (int j = 0; j < nb; j += 32) {
+        const int two = j + 16 < nb; /* the second group of 16 keys */
+        const uint16_t *a0 = ka[j / 16], *a1 = two ? ka[j / 16 + 1] : a0;
+        const int64_t s0 = kst[j / 16], s1 = two ? kst[j / 16 + 1] : s0;
+        for (int rb = 0; rb < nrg * FC_RG; rb += FC_RG) {
+            if (j >= jhi[rb / FC_RG] || j + 32 <= jlo[rb / FC_RG]) continue;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t e = 0; e < dp; e += 32) {
+                _tile_loadd(4, a0 + e, s0);
+                _tile_loadd(6, qt + (e / 2) * FC_BR + rb, FC_BR * 4);
+                _tile_loadd(7, qt + (e / 2) * FC_BR + rb + 16, FC_BR * 4);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (two) {
+                    _tile_loadd(5, a1 + e, s1);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            float *o = st + (int64_t)j * FC_BR + rb;
+            _tile_stored(0, o, FC_BR * 4);
+            _tile_stored(1, o + 16, FC_BR * 4);
+            if (two) {
+                _tile_stored(2, o + 16 * FC_BR, FC_BR * 4);
+                _tile_stored(3, o + 16 * FC_BR + 16, FC_BR * 4);
+            }
+            for (int t = 0; t < (two ? 32 : 16); ++t) {
+                _mm512_store_ps(o + t * FC_BR, _mm512_mul_ps(_mm512_load_ps(o + t * FC_BR), vmul));
+                _mm512_store_ps(o + t * FC_BR + 16, _mm512_mul_ps(_mm512_load_ps(o + t * FC_BR + 16), vmul));
+            }
+        }
+    }
+}
+
+// ot (dp, BR): ot[d][r] = alpha[r]·ot[d][r] + Σ_{j < nk} vt[d][j]·p[r][j] for the first nrg row
+// groups; vt (dp, BC) bf16, pt (BC/2, BR) pairs, both zero on the keys [nb, nk) (nk: a multiple of 32).
+static void FN(pv_amx)(float *ot, int64_t dp, const int32_t *pt, const uint16_t *vt, int nk, int nrg,
+                       const float *alpha) {
+    const int nrow = nrg * FC_RG;
+    for (int rb = 0; rb < nrow; rb += 16) {
+        const __m512 al = _mm512_load_ps(alpha + rb);
+        for (int64_t d = 0; d < dp; ++d)
+            _mm512_store_ps(ot + d * FC_BR + rb, _mm512_mul_ps(_mm512_load_ps(ot + d * FC_BR + rb), al));
+    }
+    for (int64_t d = 0; d < dp; d += 32)
+        for (int rb = 0; rb < nrow; rb += FC_RG) {
+            float *o = ot + d * FC_BR + rb;
+            _tile_loadd(0, o, FC_BR * 4);
+            _tile_loadd(1, o + 16, FC_BR * 4);
+            _tile_loadd(2, o + 16 * FC_BR, FC_BR * 4);
+            _tile_loadd(3, o + 16 * FC_BR + 16, FC_BR * 4);
+            for (int j = 0; j < nk; j += 32) {
+                _tile_loadd(4, vt + d * FC_BC + j, FC_BC * 2);
+                _tile_loadd(5, vt + (d + 16) * FC_BC + j, FC_BC * 2);
+                _tile_loadd(6, pt + (j / 2) * FC_BR + rb, FC_BR * 4);
+                _tile_loadd(7, pt + (j / 2) * FC_BR + rb + 16, FC_BR * 4);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, o, FC_BR * 4);
+            _tile_stored(1, o + 16, FC_BR * 4);
+            _tile_stored(2, o + 16 * FC_BR, FC_BR * 4);
+            _tile_stored(3, o + 16 * FC_BR + 16, FC_BR * 4);
+        }
+}
+#endif /* FLASHC_HAVE_AMX */
+
 /* fc_fwd_finish_fn: rows r0 .. r0 + nr − 1, o (nr, ldo). */
 static void FN(finish)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t nr, const float *o, int64_t ldo,
                        const float *m, const float *l) {
@@ -251,8 +367,9 @@ static void FN(finish)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int6
 // Computes rows [r0, r0 + FC_BR) ∩ [0, Sq·G) of kv head hk of batch b (rows as attn_fwd_body.h) over
 // the key-list positions [p0, p1) of the block's keys: finished, or as a partial into part
 // (fc_fwd_block_fn).
-static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
-                      float *part) {
+// amx: the products on the tile unit (the caller has loaded the tile configuration).
+static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1,
+                                  float *ws, float *part, const int amx) {
     const int64_t D = a->D, G = a->Hq / a->Hkv, R = a->Sq * G;
     const int64_t dp = (int64_t)FN(dpad)(D), dh = (D + 1) / 2;
     const int nr = (int)(R - r0 < FC_BR ? R - r0 : FC_BR);
@@ -273,6 +390,8 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
     int32_t *hil = lol + FC_BR;                  /*   FC_KEY_VISIBLE(sel, lol, hil, j) */
     float *tmp = (float *)(hil + FC_BR);         /* (VW, dp) rows being transposed */
     uint16_t *rbuf = (uint16_t *)(tmp + FC_VF_W * dp); /* (2, dp) gathered strided rows */
+    int32_t *vt = (int32_t *)(tmp + FC_VF_W * dp + dp); /* (dp, BC/2) pairs = (dp, BC) bf16 (AMX) */
+    const int nrg = (nr + FC_RG - 1) / FC_RG;           /* row groups holding a row (AMX) */
 
     /* Query positions ia..ia+np−1 of the block, their visible ranges, the
      * keys the block sees, the score variant (fc_fwd_rows_setup). */
@@ -342,23 +461,87 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
                                sel, lol, hil, jlo, jhi);
             /* As attn_fwd_body.h; the PV kernel widens [jlo, jhi) to whole
              * key pairs, whose extra keys have p = 0 (masked, or the pad). */
-            FN(qk)(qt, kr, nb, dh, jlo, jhi, st, mod.qk_mul);
+#if defined(FLASHC_HAVE_AMX)
+            if (amx) {
+                /* A tiles: each group of 16 keys in place (evenly spaced rows
+                 * of exactly dp dims, all < nb) or from Kp (zero-padded). */
+                const uint16_t *ka[FC_BC / 16];
+                int64_t kst[FC_BC / 16];
+                for (int j = 0; j < nb; j += 16) {
+                    const int n16 = nb - j < 16 ? nb - j : 16;
+                    int direct = kr[j] == kp + (int64_t)j * dp; /* already in Kp */
+                    if (!direct && D == dp && n16 == 16) {
+                        const int64_t step = n16 > 1 ? kr[j + 1] - kr[j] : 0;
+                        direct = 1;
+                        for (int t = 2; t < 16 && direct; ++t) direct = kr[j + t] - kr[j] == t * step;
+                    }
+                    if (direct) {
+                        ka[j / 16] = kr[j];
+                        kst[j / 16] = n16 > 1 ? (kr[j + 1] - kr[j]) * 2 : dp * 2;
+                    } else {
+                        for (int t = 0; t < n16; ++t)
+                            if (kr[j + t] != kp + (int64_t)(j + t) * dp) FN(copy_row)(kp + (j + t) * dp, kr[j + t], D, dp);
+                        ka[j / 16] = kp + (int64_t)j * dp;
+                        kst[j / 16] = dp * 2;
+                    }
+                }
+                FN(qk_amx)(qt, ka, kst, nb, dp, nrg, jlo, jhi, st, mod.qk_mul);
+            } else
+#endif
+                FN(qk)(qt, kr, nb, dh, jlo, jhi, st, mod.qk_mul);
             fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
                                     sel, lol, hil);
             FN(softmax)(st, nb, m, l, alpha, pt);
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */
-            if (kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp))
+            if (kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp)) {
                 FN(pv_masked)(ot, D, dp, pt, vp, jlo, jhi, alpha);
-            else
+            } else if (amx) {
+#if defined(FLASHC_HAVE_AMX)
+                /* Keys [nb, nk) zero in Pt and Vp; Vt = Vp transposed as 32-bit pairs. */
+                const int nk = (nb + 31) & ~31, np2 = (nb + 1) / 2;
+                memset(pt + (int64_t)np2 * FC_BR, 0, (size_t)(nk / 2 - np2) * FC_BR * sizeof(int32_t));
+                memset(vp + (int64_t)np2 * dp, 0, (size_t)(nk / 2 - np2) * dp * sizeof(int32_t));
+                for (int i = 0; i < nk / 2; i += 16)
+                    for (int64_t d = 0; d < dp; d += 16)
+                        fc_vf_transpose((const float *)vp + i * dp + d, dp, (float *)vt + d * (FC_BC / 2) + i, FC_BC / 2);
+                FN(pv_amx)(ot, dp, pt, (const uint16_t *)vt, nk, nrg, alpha);
+#endif
+            } else {
                 FN(pv)(ot, D, dp, pt, vp, jlo, jhi, alpha);
+            }
         }
     }
 
     FN(block_store)(a, b, hk, r0, nr, ot, dp, tmp, m, l, part);
 }
 
+static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
+                      float *part) {
+    FN(block_impl)(a, b, hk, r0, p0, p1, ws, part, 0);
+}
+
 flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a) {
     const fc_fwd_kernel kn = {FC_BR, FC_BC, (int64_t)FN(dpad)(a->D), FN(scratch_floats)(a->D), FN(block), FN(finish)};
     return fc_fwd_run_grouped(a, &kn);
+}
+
+#if defined(FLASHC_HAVE_AMX)
+static void FN(block_amx)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
+                          float *part) {
+    FN(amx_config)();
+    FN(block_impl)(a, b, hk, r0, p0, p1, ws, part, 1);
+    _tile_release();
+}
+#endif
+
+/* The same forward with both products on AMX (isa.c: fc_cpu_has_amx). */
+flashc_status fc_attn_fwd_amx_bf16(const fc_attn *a) {
+#if defined(FLASHC_HAVE_AMX)
+    const fc_fwd_kernel kn = {FC_BR, FC_BC, (int64_t)FN(dpad)(a->D), FN(scratch_floats)(a->D), FN(block_amx),
+                              FN(finish)};
+    return fc_fwd_run_grouped(a, &kn);
+#else
+    return fc_set_error(FLASHC_ERR_INTERNAL, "attn_fwd: the AMX path is not built into this library");
+#endif
 }

@@ -12,6 +12,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static int detect_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -97,8 +101,47 @@ int fc_cpu_has_avx512bf16(void) {
     return want != FC_KNOB_AUTO ? want : pays;
 }
 
+/* AMX-BF16 (TDPBF16PS on the tile unit), built in (FLASHC_HAVE_AMX: the
+ * compiler knows AMX) and usable here: cpuid AMX-TILE and AMX-BF16
+ * (CPUID.(7,0):EDX bits 24, 22) with AVX512-BF16 (the path's softmax packs
+ * with vcvtne2ps2bf16), the OS saving the tile state (XCR0 bits 17, 18), and
+ * Linux's permission for this process to use it (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XTILEDATA; without it the first tile instruction
+ * faults). Detected once. */
+static int detect_amx(void) {
+#if defined(FLASHC_HAVE_AMX) && defined(__linux__) && defined(__x86_64__)
+    if (cpu_isa_best() != FC_ISA_AVX512 || !detect_bf16()) return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    if ((xlo & (3u << 17)) != (3u << 17)) return 0;
+    enum { ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* The AMX forward: where the CPU has it, at the AVX-512 level, unless
+ * FLASHC_CPU_AMX=0 or FLASHC_CPU_BF16=0 (which turns every bf16 product
+ * path off). Knobs read at every call. */
+int fc_cpu_has_amx(void) {
+    static volatile int has = -1; /* benign race: every thread computes the same */
+    int h = has;
+    if (h < 0) {
+        h = detect_amx();
+        has = h;
+    }
+    if (!h || fc_cpu_isa_level() != FC_ISA_AVX512) return 0;
+    return fc_knob_cpu_amx() != 0 && fc_knob_cpu_bf16() != 0;
+}
+
 FLASHC_API const char *flashc_cpu_features(void) {
-    return fc_cpu_has_avx512bf16() ? "avx512_bf16" : "";
+    const int bf = fc_cpu_has_avx512bf16(), amx = fc_cpu_has_amx();
+    return bf && amx ? "avx512_bf16 amx_bf16" : bf ? "avx512_bf16" : amx ? "amx_bf16" : "";
 }
 
 FLASHC_API const char *flashc_cpu_isa(void) {

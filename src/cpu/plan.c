@@ -8,6 +8,7 @@ fc_cpu_env fc_cpu_env_read(void) {
     fc_cpu_env e;
     e.isa = fc_cpu_isa_level();
     e.bf16 = fc_cpu_has_avx512bf16();
+    e.amx = fc_cpu_has_amx();
     e.decode_rows = fc_knob_cpu_decode_rows();
     e.bwd_twopass = fc_knob_cpu_bwd_twopass();
     return e;
@@ -30,6 +31,7 @@ int fc_fwd_supports(fc_fwd_path path, const fc_attn *a, const fc_cpu_env *e) {
     case FC_FWD_SCALAR_F64: return f64;
     case FC_FWD_AVX512_DECODE: return !f64 && e->isa >= FC_ISA_AVX512 && decode_fits(a, e, FC_DEC_ROWS_AVX512);
     case FC_FWD_AVX512BF16: return a->dtype == FLASHC_BF16 && e->isa >= FC_ISA_AVX512 && e->bf16;
+    case FC_FWD_AMX_BF16: return a->dtype == FLASHC_BF16 && e->isa >= FC_ISA_AVX512 && e->amx;
     case FC_FWD_AVX512: return !f64 && e->isa >= FC_ISA_AVX512;
     case FC_FWD_AVX2_DECODE: return !f64 && e->isa >= FC_ISA_AVX2 && decode_fits(a, e, FC_DEC_ROWS_AVX2);
     case FC_FWD_AVX2: return !f64 && e->isa >= FC_ISA_AVX2;
@@ -38,9 +40,15 @@ int fc_fwd_supports(fc_fwd_path path, const fc_attn *a, const fc_cpu_env *e) {
     }
 }
 
+/* The forward paths, fastest first. */
+static const fc_fwd_path fc_fwd_order[FC_FWD_NPATHS] = {
+    FC_FWD_SCALAR_F64, FC_FWD_AVX512_DECODE, FC_FWD_AMX_BF16, FC_FWD_AVX512BF16,
+    FC_FWD_AVX512,     FC_FWD_AVX2_DECODE,   FC_FWD_AVX2,     FC_FWD_SCALAR,
+};
+
 fc_fwd_path fc_plan_fwd(const fc_attn *a, const fc_cpu_env *e) {
     for (int p = 0; p < FC_FWD_NPATHS; ++p)
-        if (fc_fwd_supports((fc_fwd_path)p, a, e)) return (fc_fwd_path)p;
+        if (fc_fwd_supports(fc_fwd_order[p], a, e)) return fc_fwd_order[p];
     return FC_FWD_SCALAR; /* unreachable: every dtype has a path */
 }
 
@@ -49,6 +57,7 @@ flashc_status fc_fwd_run_path(fc_fwd_path path, const fc_attn *a) {
     case FC_FWD_SCALAR_F64: return fc_attn_fwd_scalar_f64(a);
     case FC_FWD_AVX512_DECODE: return fc_attn_fwd_avx512_decode(a);
     case FC_FWD_AVX512BF16: return fc_attn_fwd_avx512bf16(a);
+    case FC_FWD_AMX_BF16: return fc_attn_fwd_amx_bf16(a);
     case FC_FWD_AVX512: return fc_attn_fwd_avx512_f32(a);
     case FC_FWD_AVX2_DECODE: return fc_attn_fwd_avx2_decode(a);
     case FC_FWD_AVX2: return fc_attn_fwd_avx2_f32(a);

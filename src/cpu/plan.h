@@ -15,6 +15,7 @@
 typedef struct fc_cpu_env {
     int isa;          /* fc_cpu_isa_level(): FC_ISA_*, capped by FLASHC_CPU_ISA */
     int bf16;         /* fc_cpu_has_avx512bf16(): AVX512-BF16 usable (FLASHC_CPU_BF16) */
+    int amx;          /* fc_cpu_has_amx(): the AMX-BF16 forward usable (FLASHC_CPU_AMX) */
     long decode_rows; /* FLASHC_CPU_DECODE_ROWS, FC_KNOB_AUTO = the ISA's default */
     int bwd_twopass;  /* FLASHC_CPU_BWD=twopass */
 } fc_cpu_env;
@@ -23,7 +24,7 @@ typedef struct fc_cpu_env {
 fc_cpu_env fc_cpu_env_read(void);
 
 /* ------------------------------------------------------------ forward */
-/* In the plan's order (fastest first). Append-only values. */
+/* Append-only values; the plan tries them in fc_fwd_order (fastest first). */
 typedef enum fc_fwd_path {
     FC_FWD_SCALAR_F64 = 0,    /* F64, every ISA (the reference precision) */
     FC_FWD_AVX512_DECODE = 1, /* few query rows: keys on the lanes (attn_fwd_decode_body.h) */
@@ -32,6 +33,7 @@ typedef enum fc_fwd_path {
     FC_FWD_AVX2_DECODE = 4,
     FC_FWD_AVX2 = 5,
     FC_FWD_SCALAR = 6,        /* the fp32 oracle (FLASHC_CPU_ISA=scalar) */
+    FC_FWD_AMX_BF16 = 7,      /* BF16 on AMX tiles (before AVX512BF16 in the plan) */
     FC_FWD_NPATHS
 } fc_fwd_path;
 
