@@ -3,7 +3,7 @@
 packed variable-length prefill, flashc next to the peers a serving engineer
 would use instead, measured in the same run.
 
-    python3 benchmarks/bench_serving.py [--gpu] [--cpu] [--quick] [--threads N] [--json PATH]
+    python3 benchmarks/bench_serving.py [--gpu] [--cpu] [--quick] [--threads N] [--cpu-dtype all|f32|bf16] [--json PATH]
 
 GPU (torch CUDA tensors, bf16, Hq = 32, Hkv = 8, D = 128):
   decode   one query token per sequence against Sk cached keys per sequence:
@@ -44,6 +44,7 @@ def parse_args():
     ap.add_argument("--gpu", action="store_true", help="GPU rows only (default: both when available)")
     ap.add_argument("--cpu", action="store_true", help="CPU rows only")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cpu-dtype", choices=("all", "f32", "bf16"), default="all", help="CPU rows of this dtype")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json")
@@ -208,7 +209,7 @@ def gpu_rows(quick, reps):
 # ------------------------------------------------------------------------ CPU
 
 
-def cpu_rows(quick, threads, reps):
+def cpu_rows(quick, threads, reps, which="all"):
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
     import torch.nn.functional as F
@@ -224,7 +225,8 @@ def cpu_rows(quick, threads, reps):
     shapes = [(B, Sk, Sn) for Sn in (1, 4, 16, 64) for B in (1, 4) for Sk in (4096, 16384)]
     if quick:
         shapes = [(1, 4096, 1), (1, 4096, 16)]
-    for dt in (torch.float32, torch.bfloat16):
+    dts = {"all": (torch.float32, torch.bfloat16), "f32": (torch.float32,), "bf16": (torch.bfloat16,)}[which]
+    for dt in dts:
         for B, Sk, Sn in shapes:
             q = torch.randn(B, Sn, Hq, D, generator=g).to(dt)
             k = torch.randn(B, Sk, Hkv, D, generator=g).to(dt)
@@ -260,7 +262,7 @@ def main():
         else:
             print("GPU rows skipped: no torch CUDA")
     if want_cpu:
-        rows += cpu_rows(a.quick, a.threads, max(3, a.reps // 6))
+        rows += cpu_rows(a.quick, a.threads, max(3, a.reps // 6), a.cpu_dtype)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
