@@ -434,11 +434,17 @@ def _bf16_fast_available():
     return flashc.cpu_isa() == "avx512" and "avx512_bf16" in flashc.cpu_features()
 
 
+# amx: on an AMX machine FLASHC_CPU_BF16=1 runs the tile products on AMX
+# (feature amx_bf16); FLASHC_CPU_AMX=0 keeps them on vdpbf16ps. Both run here.
+@pytest.mark.parametrize("amx", ["1", "0"])
 @pytest.mark.parametrize("mode", [None, "twopass"])
 @pytest.mark.parametrize("name", list(BF16_FAST))
-def test_bf16_fast_path_vs_fp32_path(name, mode, rng, monkeypatch):
+def test_bf16_fast_path_vs_fp32_path(name, mode, amx, rng, monkeypatch):
     monkeypatch.setenv("FLASHC_CPU_BF16", "1")
-    if not _bf16_fast_available():
+    monkeypatch.setenv("FLASHC_CPU_AMX", amx)
+    if amx == "1" and "amx_bf16" not in flashc.cpu_features():
+        pytest.skip("no AMX-BF16 here (isa %s, features %s)" % (flashc.cpu_isa(), flashc.cpu_features()))
+    if amx == "0" and not _bf16_fast_available():
         pytest.skip("no AVX512-BF16 path here (isa %s, features %s)"
                     % (flashc.cpu_isa(), flashc.cpu_features()))
     if mode:

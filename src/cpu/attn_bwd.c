@@ -62,6 +62,7 @@ enum { BR = FC_BWD_BR, BC = FC_BWD_BC };
 static const fc_bwd_kern *path_kernels(fc_bwd_path path) {
     switch (path) {
     case FC_BWD_SCALAR_F64: return &fc_bwd_scalar_f64;
+    case FC_BWD_AMX_BF16:   /* the AVX-512 table, its tile GEMMs on AMX tiles (ctx.bf, ctx.amx) */
     case FC_BWD_AVX512BF16: /* the AVX-512 table, its tile GEMMs on vdpbf16ps (ctx.bf) */
     case FC_BWD_AVX512: return &fc_bwd_avx512_f32;
     case FC_BWD_AVX2: return &fc_bwd_avx2_f32;
@@ -114,6 +115,7 @@ typedef struct bwd_ctx {
     int64_t nchunk;        /* fused mode: key blocks split into this many chunks */
     void *dqp;             /* fused mode: dQ partials [nchunk, B, Hq, Sq, Dp]; else NULL */
     int bf;                /* BF16 on vdpbf16ps (fc_bwd_bf16_*): bf16 operands, fp32 sums */
+    int amx;               /* with bf: the tile products on AMX (fc_bwd_amx_gemm) */
     int guard_qo, guard_k; /* q or dO / k hold Inf/NaN: the dK, dV / dQ products skip invisible pairs */
 } bwd_ctx;
 
@@ -196,11 +198,19 @@ static inline void tile_prod(const bwd_ctx *c, const bwd_scratch *w, int guard, 
     else c->kk->gemm_vis(M, N, K, a, ars, acs, b, ldb, cc, ldc, q_is_m, w->se, w->lo, w->hi);
 }
 
+/* A bf16-pair tile product: on AMX tiles (c->amx) or vdpbf16ps. */
+static inline void bgemm(const bwd_ctx *c, int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                         const uint32_t *b, ptrdiff_t ldb, float *cc, ptrdiff_t ldc, int accumulate) {
+    if (c->amx) fc_bwd_amx_gemm(M, N, K2, a, ars, acs, b, ldb, cc, ldc, accumulate);
+    else fc_bwd_bf16_gemm(M, N, K2, a, ars, acs, b, ldb, cc, ldc, accumulate);
+}
+
 /* The same on bf16 pairs: K the real reduction length (K2 = ⌈K/2⌉ pairs). */
-static inline void tile_prod_bf16(const bwd_scratch *w, int guard, int q_is_m, int M, int N, int K,
-                                  const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs, const uint32_t *b,
+static inline void tile_prod_bf16(const bwd_ctx *c, const bwd_scratch *w, int guard, int q_is_m, int M, int N,
+                                  int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs, const uint32_t *b,
                                   ptrdiff_t ldb, float *cc, ptrdiff_t ldc) {
-    if (!guard) fc_bwd_bf16_gemm(M, N, (K + 1) / 2, a, ars, acs, b, ldb, cc, ldc, 1);
+    if (!guard) bgemm(c, M, N, (K + 1) / 2, a, ars, acs, b, ldb, cc, ldc, 1);
+    else if (c->amx) fc_bwd_amx_gemm_vis(M, N, K, a, ars, acs, b, ldb, cc, ldc, q_is_m, w->se, w->lo, w->hi);
     else fc_bwd_bf16_gemm_vis(M, N, K, a, ars, acs, b, ldb, cc, ldc, q_is_m, w->se, w->lo, w->hi);
 }
 
@@ -260,16 +270,16 @@ static void pass1_tile_bf16(const bwd_ctx *c, bwd_scratch *w, int nr, int nc, co
         fc_bwd_bf16_pair_rows(w->r1, Dp, nr, Dp, qp, Dp); /* Q, dO: pairs of query rows */
         fc_bwd_bf16_pair_rows(w->r2, Dp, nr, Dp, op, Dp);
     }
-    fc_bwd_bf16_gemm(nr, BC, D2, (const uint32_t *)qb, Dp / 2, 1, w->x[0], BC, w->s, BC, 0);
-    fc_bwd_bf16_gemm(nr, BC, D2, (const uint32_t *)ob, Dp / 2, 1, w->x[1], BC, w->dp, BC, 0);
+    bgemm(c, nr, BC, D2, (const uint32_t *)qb, Dp / 2, 1, w->x[0], BC, w->s, BC, 0);
+    bgemm(c, nr, BC, D2, (const uint32_t *)ob, Dp / 2, 1, w->x[1], BC, w->dp, BC, 0);
     c->kk->ew_q(nr, BC, w->s, w->dp, BC, L, delta, sc, w->se, w->lo, w->hi);
     fc_bwd_bf16_pair_rows(w->s, BC, nr, BC, pp, BC);   /* Pᵀ, dS'ᵀ: pairs of query rows */
     fc_bwd_bf16_pair_rows(w->dp, BC, nr, BC, dsp, BC);
-    tile_prod_bf16(w, c->guard_qo, 0, nc, Dp, nr, dsp, 1, BC, qp, Dp, w->acc1, Dp); /* dK += dS'ᵀ Q */
-    tile_prod_bf16(w, c->guard_qo, 0, nc, Dp, nr, pp, 1, BC, op, Dp, w->acc2, Dp);  /* dV += Pᵀ dO  */
+    tile_prod_bf16(c, w, c->guard_qo, 0, nc, Dp, nr, dsp, 1, BC, qp, Dp, w->acc1, Dp); /* dK += dS'ᵀ Q */
+    tile_prod_bf16(c, w, c->guard_qo, 0, nc, Dp, nr, pp, 1, BC, op, Dp, w->acc2, Dp);  /* dV += Pᵀ dO  */
     if (dq) { /* dQ += dS' K; columns ≥ nc of dS' are 0 (invisible) */
         fc_bwd_bf16_cvt_rows(w->dp, BC, nr, BC, dsb, BC);
-        tile_prod_bf16(w, c->guard_k, 1, nr, Dp, nc, (const uint32_t *)dsb, BC / 2, 1, w->x[2], Dp,
+        tile_prod_bf16(c, w, c->guard_k, 1, nr, Dp, nc, (const uint32_t *)dsb, BC / 2, 1, w->x[2], Dp,
                        (float *)dq, Dp);
     }
 }
@@ -427,13 +437,13 @@ static void pass2_tile(const bwd_ctx *c, bwd_scratch *w, int64_t b, int64_t h, i
         uint32_t *kp = w->x[5], *dsp = w->x[6];
         fc_bwd_bf16_cvt_rows(w->r1, Dp, nc, Dp, kb, Dp);
         fc_bwd_bf16_cvt_rows(w->r2, Dp, nc, Dp, vb, Dp);
-        fc_bwd_bf16_gemm(nc, np, D2, (const uint32_t *)kb, Dp / 2, 1, w->x[0], BR, w->s, BR, 0);
-        fc_bwd_bf16_gemm(nc, np, D2, (const uint32_t *)vb, Dp / 2, 1, w->x[1], BR, w->dp, BR, 0);
+        bgemm(c, nc, np, D2, (const uint32_t *)kb, Dp / 2, 1, w->x[0], BR, w->s, BR, 0);
+        bgemm(c, nc, np, D2, (const uint32_t *)vb, Dp / 2, 1, w->x[1], BR, w->dp, BR, 0);
         kk->ew_k(nc, np, w->s, w->dp, BR, BUF(c->L, lrow), BUF(c->delta, lrow), &sc, w->se,
                  w->lo, w->hi);
         fc_bwd_bf16_pair_rows(w->r1, Dp, nc, Dp, kp, Dp);
         fc_bwd_bf16_pair_rows(w->dp, BR, nc, np, dsp, BR);
-        tile_prod_bf16(w, c->guard_k, 1, nr, Dp, nc, dsp, 1, BR, kp, Dp, w->acc1, Dp);
+        tile_prod_bf16(c, w, c->guard_k, 1, nr, Dp, nc, dsp, 1, BR, kp, Dp, w->acc1, Dp);
         return;
     }
     kk->gemm(nc, np, D, w->r1, Dp, 1, w->t1, BR, w->s, BR, 0);  /* Sᵀ  = K Qᵀ  */
@@ -605,7 +615,8 @@ flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
     const fc_bwd_plan plan = fc_plan_bwd(a, &env, BC, (a->D + FC_BWD_NPAD - 1) / FC_BWD_NPAD * FC_BWD_NPAD);
     c->kk = path_kernels(plan.path);
     c->esz = c->kk->esz;
-    c->bf = plan.path == FC_BWD_AVX512BF16;
+    c->bf = plan.path == FC_BWD_AVX512BF16 || plan.path == FC_BWD_AMX_BF16;
+    c->amx = plan.path == FC_BWD_AMX_BF16;
     c->mask = fc_attn_mask(a);
     c->sp = fc_attn_score(a);
     c->G = a->Hq / a->Hkv;

@@ -118,6 +118,21 @@ void fc_bwd_bf16_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, pt
 void fc_bwd_bf16_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
                           const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
                           const int32_t *se, const int32_t *lo, const int32_t *hi);
+/* fc_bwd_bf16_gemm on AMX tiles (FLASHC_HAVE_AMX; only called where
+ * fc_cpu_has_amx()): whole blocks of 16 rows × 16 pairs on TDPBF16PS, the
+ * rest (rows past the last whole block, pairs past the last whole 16) on
+ * fc_bwd_bf16_gemm. Same sums, same fp32 accumulation (the tile unit
+ * flushes denormals). */
+void fc_bwd_amx_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                     const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
+/* gemm_vis beside fc_bwd_amx_gemm: the same bits as fc_bwd_amx_gemm on the
+ * terms of finite b (b scrubbed of Inf/NaN, so that a call whose b holds
+ * non-finite values only where a row cannot see them gives an unguarded
+ * call's bits), then each non-finite b's terms added for the rows that see
+ * it (gemm_vis's rule). */
+void fc_bwd_amx_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                         const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
+                         const int32_t *se, const int32_t *lo, const int32_t *hi);
 void fc_bwd_bf16_cvt_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint16_t *dst,
                           ptrdiff_t ldd);
 void fc_bwd_bf16_pair_rows(const float *src, ptrdiff_t lds, int rows, int cols, uint32_t *dst,

@@ -17,6 +17,8 @@
 #include "attn_bwd.h"
 #include "simd_avx512.h" /* fp32 side; the bf16 pair operations have no counterpart elsewhere */
 
+#include <string.h>
+
 /* ------------------------------------------------------------------- gemm */
 /* Register tile MR rows × NV vectors of 16 lanes: per pair step, NV loads of
  * b, MR 32-bit broadcasts of a, MR·NV vdpbf16ps. VIS (compile-time):
@@ -105,6 +107,161 @@ void fc_bwd_bf16_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars,
                           const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
                           const int32_t *se, const int32_t *lo, const int32_t *hi) {
     bf16_gemm_body(1, M, N, (K + 1) / 2, a, ars, acs, b, ldb, c, ldc, 1, K, q_is_m, se, lo, hi);
+}
+
+/* -------------------------------------------------------------------- AMX */
+#if defined(FLASHC_HAVE_AMX)
+/* Palette 1, tiles 0-7 all 16 rows × 64 bytes; loaded per call (the
+ * configuration is per thread) and released at its end. */
+static void amx_config(void) {
+    struct {
+        uint8_t palette, start_row, rsv[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* C tiles 0-3 (16 rows × up to 4 × 16 columns from n0), A tile 4, B tiles
+ * 5-7 (the fourth column block reuses 5). at: the 16 rows' pairs, row
+ * stride atb bytes. */
+static inline void amx_block(int K2f, const uint32_t *at, ptrdiff_t atb, const uint32_t *b, ptrdiff_t ldb,
+                             float *c, ptrdiff_t ldc, int nt, int accumulate) {
+    const ptrdiff_t cb = ldc * 4, bb = ldb * 4;
+    if (accumulate) {
+        _tile_loadd(0, c, cb);
+        if (nt > 1) _tile_loadd(1, c + 16, cb);
+        if (nt > 2) _tile_loadd(2, c + 32, cb);
+        if (nt > 3) _tile_loadd(3, c + 48, cb);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int k0 = 0; k0 < K2f; k0 += 16) {
+        const uint32_t *bk = b + (ptrdiff_t)k0 * ldb;
+        _tile_loadd(4, at + k0, atb);
+        _tile_loadd(5, bk, bb);
+        _tile_dpbf16ps(0, 4, 5);
+        if (nt > 1) {
+            _tile_loadd(6, bk + 16, bb);
+            _tile_dpbf16ps(1, 4, 6);
+        }
+        if (nt > 2) {
+            _tile_loadd(7, bk + 32, bb);
+            _tile_dpbf16ps(2, 4, 7);
+        }
+        if (nt > 3) {
+            _tile_loadd(5, bk + 48, bb);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+    }
+    _tile_stored(0, c, cb);
+    if (nt > 1) _tile_stored(1, c + 16, cb);
+    if (nt > 2) _tile_stored(2, c + 32, cb);
+    if (nt > 3) _tile_stored(3, c + 48, cb);
+}
+
+void fc_bwd_amx_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                     const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+    enum { KMAX = 256 }; /* pairs: D ≤ 256 → 128, tiles of 64 rows or keys → 32 */
+    const int M16 = M & ~15, K2f = K2 & ~15;
+    if (M16 == 0 || K2f == 0 || K2f > KMAX) {
+        fc_bwd_bf16_gemm(M, N, K2, a, ars, acs, b, ldb, c, ldc, accumulate);
+        return;
+    }
+    uint32_t at[16 * KMAX] __attribute__((aligned(64))); /* A rows as pairs (acs ≠ 1) */
+    amx_config();
+    for (int m0 = 0; m0 < M16; m0 += 16) {
+        const uint32_t *ap;
+        ptrdiff_t apb;
+        if (acs == 1) { /* rows of pairs in place */
+            ap = a + (ptrdiff_t)m0 * ars;
+            apb = ars * 4;
+        } else if (ars == 1) { /* pairs down the columns: 16 × 16 transposes */
+            for (int k0 = 0; k0 < K2f; k0 += 16)
+                fc_vf_transpose((const float *)(a + (ptrdiff_t)k0 * acs + m0), acs, (float *)(at + k0), KMAX);
+            ap = at;
+            apb = KMAX * 4;
+        } else {
+            for (int m = 0; m < 16; ++m)
+                for (int k = 0; k < K2f; ++k) at[m * KMAX + k] = a[(ptrdiff_t)(m0 + m) * ars + (ptrdiff_t)k * acs];
+            ap = at;
+            apb = KMAX * 4;
+        }
+        for (int n0 = 0; n0 < N; n0 += 64) {
+            const int nt = (N - n0 >= 64 ? 64 : N - n0) / 16;
+            amx_block(K2f, ap, apb, b + n0, ldb, c + (ptrdiff_t)m0 * ldc + n0, ldc, nt, accumulate);
+        }
+    }
+    _tile_release();
+    if (K2f < K2) /* the last pairs of the whole row blocks */
+        fc_bwd_bf16_gemm(M16, N, K2 - K2f, a + (ptrdiff_t)K2f * acs, ars, acs, b + (ptrdiff_t)K2f * ldb, ldb, c, ldc, 1);
+    if (M16 < M) /* the last rows */
+        fc_bwd_bf16_gemm(M - M16, N, K2, a + (ptrdiff_t)M16 * ars, ars, acs, b, ldb, c + (ptrdiff_t)M16 * ldc, ldc,
+                         accumulate);
+}
+#else
+void fc_bwd_amx_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                     const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+    fc_bwd_bf16_gemm(M, N, K2, a, ars, acs, b, ldb, c, ldc, accumulate);
+}
+#endif
+
+void fc_bwd_amx_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, ptrdiff_t acs,
+                         const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int q_is_m,
+                         const int32_t *se, const int32_t *lo, const int32_t *hi) {
+    enum { BMAX = 32 * 256 }; /* pairs × columns: K ≤ 64 (a tile's rows or keys), N ≤ 256 */
+    const int K2 = (K + 1) / 2;
+    const __m512i expo = _mm512_set1_epi16(0x7f80);
+    __mmask32 bad = 0;
+    for (int k = 0; k < K2; ++k)
+        for (int n = 0; n < N; n += 16)
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(b + (ptrdiff_t)k * ldb + n), expo), expo);
+    if (!bad) { /* nothing non-finite: the unguarded product (the same bits) */
+        fc_bwd_amx_gemm(M, N, K2, a, ars, acs, b, ldb, c, ldc, 1);
+        return;
+    }
+    if ((int64_t)K2 * N > BMAX) { /* not reached by the backward's tiles */
+        fc_bwd_bf16_gemm_vis(M, N, K, a, ars, acs, b, ldb, c, ldc, q_is_m, se, lo, hi);
+        return;
+    }
+    /* b with its non-finite values scrubbed to +0: every visible and
+     * invisible term with a finite b is the unguarded product's, and an
+     * invisible term (a = 0 by selection) is 0·0 where a clean call has 0·b. */
+    uint32_t bs[BMAX] __attribute__((aligned(64)));
+    for (int k = 0; k < K2; ++k)
+        for (int n = 0; n < N; n += 16) {
+            const __m512i v = _mm512_loadu_si512(b + (ptrdiff_t)k * ldb + n);
+            const __mmask32 nf = _mm512_cmpeq_epi16_mask(_mm512_and_si512(v, expo), expo);
+            _mm512_store_si512(bs + (ptrdiff_t)k * N + n, _mm512_maskz_mov_epi16(~nf, v));
+        }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* bs: rows < K2 written above, all that is read */
+    fc_bwd_amx_gemm(M, N, K2, a, ars, acs, bs, N, c, ldc, 1);
+#pragma GCC diagnostic pop
+    /* Then each non-finite b's terms for the rows that see it (gemm_vis's
+     * rule: a visible term multiplies, whatever a is): Inf or NaN, whatever
+     * the order. */
+    for (int k = 0; k < K; ++k)
+        for (int n = 0; n < N; ++n) {
+            const uint16_t bv = ((const uint16_t *)(b + (ptrdiff_t)(k / 2) * ldb + n))[k & 1];
+            if ((bv & 0x7f80) != 0x7f80) continue;
+            const float bf = fc_bf16_to_f32(bv);
+            for (int m = 0; m < M; ++m) {
+                const int q = q_is_m ? m : k, key = q_is_m ? k : m;
+                if (!FC_KEY_VISIBLE(se[q], lo[q], hi[q], key)) continue;
+                const uint16_t av = ((const uint16_t *)(a + (ptrdiff_t)m * ars + (ptrdiff_t)(k / 2) * acs))[k & 1];
+                c[(ptrdiff_t)m * ldc + n] += fc_bf16_to_f32(av) * bf;
+            }
+        }
 }
 
 /* ------------------------------------------------------------------ packs */

@@ -353,6 +353,35 @@ static void FN(pv_amx)(float *ot, int64_t dp, const int32_t *pt, const uint16_t 
             _tile_stored(3, o + 16 * FC_BR + 16, FC_BR * 4);
         }
 }
+
+/* x[0..n) with every non-finite bf16 replaced by +0 (n a multiple of 32). */
+static void FN(scrub_bf16)(uint16_t *x, int64_t n) {
+    const __m512i expo = _mm512_set1_epi16(0x7f80);
+    for (int64_t i = 0; i < n; i += 32) {
+        const __m512i v = _mm512_loadu_si512(x + i);
+        const __mmask32 bad = _mm512_cmpeq_epi16_mask(_mm512_and_si512(v, expo), expo);
+        if (bad) _mm512_storeu_si512(x + i, _mm512_maskz_mov_epi16(~bad, v));
+    }
+}
+
+// After FN(pv_amx) on scrubbed V: ot[d][r] += p[r][j]·v[j][d] for every non-finite v[j][d] (j < nb,
+// d < D) and every row r < nrow whose p[r][j] is not 0: what the unscrubbed product adds there
+// (Inf or NaN: the result does not depend on the order). A rare path.
+static void FN(pv_fixup)(float *ot, int64_t D, int64_t dp, const int32_t *pt, const int32_t *vp, int nb, int nrow) {
+    for (int j = 0; j < nb; ++j) {
+        const uint16_t *vj = (const uint16_t *)(vp + (int64_t)(j / 2) * dp) + (j & 1); /* v[j][d] at vj[2d] */
+        int any = 0;
+        for (int64_t d = 0; d < D && !any; ++d) any = (vj[2 * d] & 0x7f80) == 0x7f80;
+        if (!any) continue;
+        const uint16_t *pj = (const uint16_t *)(pt + (int64_t)(j / 2) * FC_BR) + (j & 1); /* p[r][j] at pj[2r] */
+        for (int r = 0; r < nrow; ++r) {
+            if ((pj[2 * r] & 0x7fff) == 0) continue;
+            const float p = fc_bf16_to_f32(pj[2 * r]);
+            for (int64_t d = 0; d < D; ++d)
+                if ((vj[2 * d] & 0x7f80) == 0x7f80) ot[d * FC_BR + r] += p * fc_bf16_to_f32(vj[2 * d]);
+        }
+    }
+}
 #endif /* FLASHC_HAVE_AMX */
 
 /* fc_fwd_finish_fn: rows r0 .. r0 + nr − 1, o (nr, ldo). */
@@ -494,9 +523,8 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
             FN(softmax)(st, nb, m, l, alpha, pt);
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */
-            if (kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp)) {
-                FN(pv_masked)(ot, D, dp, pt, vp, jlo, jhi, alpha);
-            } else if (amx) {
+            const int vbad = kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp);
+            if (amx) {
 #if defined(FLASHC_HAVE_AMX)
                 /* Keys [nb, nk) zero in Pt and Vp; Vt = Vp transposed as 32-bit pairs. */
                 const int nk = (nb + 31) & ~31, np2 = (nb + 1) / 2;
@@ -505,8 +533,17 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                 for (int i = 0; i < nk / 2; i += 16)
                     for (int64_t d = 0; d < dp; d += 16)
                         fc_vf_transpose((const float *)vp + i * dp + d, dp, (float *)vt + d * (FC_BC / 2) + i, FC_BC / 2);
+                /* Non-finite V on a partial tile: the product on V with those
+                 * values scrubbed to 0 (a row's terms on keys it cannot see
+                 * are then 0·0, as 0·v in a clean call: the same bits), then
+                 * each non-finite value's term added to the rows whose p is
+                 * not 0 (FN(pv_masked)'s rule). */
+                if (vbad) FN(scrub_bf16)((uint16_t *)vt, dp * FC_BC);
                 FN(pv_amx)(ot, dp, pt, (const uint16_t *)vt, nk, nrg, alpha);
+                if (vbad) FN(pv_fixup)(ot, D, dp, pt, vp, nb, nrg * FC_RG);
 #endif
+            } else if (vbad) {
+                FN(pv_masked)(ot, D, dp, pt, vp, jlo, jhi, alpha);
             } else {
                 FN(pv)(ot, D, dp, pt, vp, jlo, jhi, alpha);
             }

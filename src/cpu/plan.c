@@ -71,6 +71,7 @@ int fc_bwd_supports(fc_bwd_path path, const fc_attn *a, const fc_cpu_env *e) {
     switch (path) {
     case FC_BWD_SCALAR_F64: return f64;
     case FC_BWD_AVX512BF16: return a->dtype == FLASHC_BF16 && e->isa >= FC_ISA_AVX512 && e->bf16;
+    case FC_BWD_AMX_BF16: return a->dtype == FLASHC_BF16 && e->isa >= FC_ISA_AVX512 && e->amx;
     case FC_BWD_AVX512: return !f64 && e->isa >= FC_ISA_AVX512;
     case FC_BWD_AVX2: return !f64 && e->isa >= FC_ISA_AVX2;
     case FC_BWD_SCALAR: return !f64;
@@ -80,10 +81,12 @@ int fc_bwd_supports(fc_bwd_path path, const fc_attn *a, const fc_cpu_env *e) {
 
 fc_bwd_plan fc_plan_bwd(const fc_attn *a, const fc_cpu_env *e, int64_t bc, int64_t dp) {
     fc_bwd_plan pl;
+    static const fc_bwd_path order[FC_BWD_NPATHS] = {FC_BWD_SCALAR_F64, FC_BWD_AMX_BF16, FC_BWD_AVX512BF16,
+                                                     FC_BWD_AVX512,     FC_BWD_AVX2,     FC_BWD_SCALAR};
     pl.path = FC_BWD_SCALAR;
     for (int p = 0; p < FC_BWD_NPATHS; ++p)
-        if (fc_bwd_supports((fc_bwd_path)p, a, e)) {
-            pl.path = (fc_bwd_path)p;
+        if (fc_bwd_supports(order[p], a, e)) {
+            pl.path = order[p];
             break;
         }
     /* Fused mode (5 tile GEMMs instead of 7) when the dQ partials fit in

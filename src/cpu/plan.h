@@ -43,13 +43,15 @@ fc_fwd_path fc_plan_fwd(const fc_attn *a, const fc_cpu_env *e);
 flashc_status fc_fwd_run_path(fc_fwd_path path, const fc_attn *a);
 
 /* ----------------------------------------------------------- backward */
-/* The microkernel table (attn_bwd.h), fastest first. Append-only values. */
+/* The microkernel table (attn_bwd.h). Append-only values; the plan tries
+ * them in fc_bwd_order (fastest first). */
 typedef enum fc_bwd_path {
     FC_BWD_SCALAR_F64 = 0,
     FC_BWD_AVX512BF16 = 1, /* the AVX-512 table with the tile GEMMs on vdpbf16ps */
     FC_BWD_AVX512 = 2,
     FC_BWD_AVX2 = 3,
     FC_BWD_SCALAR = 4,
+    FC_BWD_AMX_BF16 = 5,   /* as AVX512BF16 with the tile GEMMs on AMX (before it in the plan) */
     FC_BWD_NPATHS
 } fc_bwd_path;
 
