@@ -56,6 +56,7 @@
 
 /* fc_tile_row_bounds groups rows by FC_RG; the kernels' register blocks are FC_RG rows. */
 _Static_assert(FC_RG % FC_VF_W == 0 && FC_BR % FC_RG == 0, "row blocking");
+_Static_assert(FC_BR / FC_RG == 4, "the softmax's row-group cases (block_impl)");
 
 static inline __m512bh fc_bh(__m512i x) { return (__m512bh)x; }
 
@@ -138,10 +139,11 @@ static void FN(qk)(const int32_t *qt, const uint16_t *const *kr, int nb, int64_t
 
 // st is (BC, BR) scores in log2 units; m, l, alpha are (BR); pt is (BC/2, BR) bf16 pairs.
 // As the fp32 softmax (attn_fwd_body.h), but P = 2^(st − m_new) goes to pt rounded to bf16
-// (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0.
-static void FN(softmax)(const float *st, int nb, float *m, float *l, float *alpha, int32_t *pt) {
-    enum { NV = FC_BR / 16 };
-    __m512 mx[NV], ms[NV], sum[NV];
+// (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0. Only the
+// first NV vectors of 16 rows (the AMX path: the row groups it computes; others FC_BR / 16).
+static inline __attribute__((always_inline)) void FN(softmax)(const float *st, int nb, float *m, float *l,
+                                                              float *alpha, int32_t *pt, const int NV) {
+    __m512 mx[FC_BR / 16], ms[FC_BR / 16], sum[FC_BR / 16];
     for (int v = 0; v < NV; ++v) mx[v] = _mm512_load_ps(m + 16 * v);
     for (int j = 0; j < nb; ++j)
         for (int v = 0; v < NV; ++v) mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * FC_BR + 16 * v));
@@ -327,6 +329,8 @@ static void FN(pv_amx)(float *ot, int64_t dp, const int32_t *pt, const uint16_t 
     const int nrow = nrg * FC_RG;
     for (int rb = 0; rb < nrow; rb += 16) {
         const __m512 al = _mm512_load_ps(alpha + rb);
+        /* α = 1 on every row of the vector (no new maximum): ot·1 = ot, skip the pass. */
+        if (_mm512_cmp_ps_mask(al, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ) == 0) continue;
         for (int64_t d = 0; d < dp; ++d)
             _mm512_store_ps(ot + d * FC_BR + rb, _mm512_mul_ps(_mm512_load_ps(ot + d * FC_BR + rb), al));
     }
@@ -520,7 +524,12 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                 FN(qk)(qt, kr, nb, dh, jlo, jhi, st, mod.qk_mul);
             fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
                                     sel, lol, hil);
-            FN(softmax)(st, nb, m, l, alpha, pt);
+            switch (amx ? nrg : FC_BR / FC_RG) { /* constant row counts: the softmax's vectors stay in registers */
+            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16); break;
+            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16); break;
+            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16); break;
+            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16); break;
+            }
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */
             const int vbad = kind == FC_TILE_PARTIAL && !FN(vpairs_finite)(vp, (nb + 1) / 2, dp);
