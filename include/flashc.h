@@ -120,7 +120,7 @@
  * and P rounded to bf16 before P·V, as on CUDA; decode-sized calls (few
  * query rows per K/V head) keep the fp32 path. The backward of F16/BF16
  * inputs on the CUDA tensor-core kernels, and of BF16 inputs on CPUs with
- * AVX512-BF16, likewise multiplies in the input type with fp32
+ * AVX512-BF16 or AMX-BF16, likewise multiplies in the input type with fp32
  * accumulation: S and dP from the inputs as given (exact products), P and
  * dS rounded to the input type before the dV, dK and dQ products. F64
  * inputs are computed in F64 (the reference precision). With a softcap, the
@@ -324,9 +324,10 @@ FLASHC_API const char *flashc_cpu_isa(void);
  *                  =1 on wherever the CPU has it.
  *   "amx_bf16"     cpuid AMX-TILE and AMX-BF16, the OS saving the tile state
  *                  and granting it to the process (Linux arch_prctl), with
- *                  the avx512 path: the BF16 forward runs S = Q·Kᵀ and P·V on
- *                  the tile unit (same precision as avx512_bf16; 2-3x the
- *                  fp32-conversion path's speed, measured). On by default;
+ *                  the avx512 path: the BF16 forward runs S = Q·Kᵀ and P·V,
+ *                  and the backward its five tile products, on the tile unit
+ *                  (same precision as avx512_bf16; 2-3x the fp32-conversion
+ *                  path's speed, measured). On by default;
  *                  FLASHC_CPU_AMX=0 turns it off, and so does
  *                  FLASHC_CPU_BF16=0 (every bf16-product path off). */
 FLASHC_API const char *flashc_cpu_features(void);
