@@ -564,16 +564,22 @@ def test_cpu_bf16_fast_path(rng, monkeypatch, shape, mask, layout):
     slow, slow_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
                                      layout=layout, **mask)
     assert not np.array_equal(fast, slow), "the BF16 fast path gave the fp32 path's bytes"
+    _paths_agree(seed, shape, mask, (fast, fast_lse), (slow, slow_lse), "fast")
+
+
+def _paths_agree(seed, shape, mask, fast, slow, name):
+    """Two CPU BF16 paths' (o, lse) on the inputs of seed differ by no more
+    than the naive same-precision bound of the float64 reference."""
     q, k, v, sinks = make_inputs(np.random.default_rng(seed), *shape, "bfloat16",
                                  mask.get("use_sinks", False))
     kw = {key: val for key, val in mask.items() if key != "use_sinks"}
     ro, rl = attention_reference(q, k, v, sinks=sinks, **kw)
     no, nl = attention_naive(q, k, v, "bfloat16", sinks=sinks, **kw)
-    for what, a, b, ref, naive, dt in (("o", fast, slow, ro, no, "bfloat16"),
-                                       ("lse", fast_lse, slow_lse, rl, nl, "float32")):
+    for what, a, b, ref, naive, dt in (("o", fast[0], slow[0], ro, no, "bfloat16"),
+                                       ("lse", fast[1], slow[1], rl, nl, "float32")):
         tol = tolerance(ref, naive, dt)
         err = max_abs_err(a, b)
-        assert err <= tol, "%s: fast vs fp32 path differ by %.3g > %.3g" % (what, err, tol)
+        assert err <= tol, "%s: %s vs fp32 path differ by %.3g > %.3g" % (what, name, err, tol)
 
 
 # ------------------------------------------------ CPU BF16 on AMX tiles
@@ -611,16 +617,7 @@ def test_cpu_bf16_amx_path(rng, monkeypatch, shape, mask, layout):
     slow, slow_lse = check_attention("cpu", np.random.default_rng(seed), *shape, "bfloat16",
                                      layout=layout, **mask)
     assert not np.array_equal(amx, slow), "the AMX path gave the fp32 path's bytes"
-    q, k, v, sinks = make_inputs(np.random.default_rng(seed), *shape, "bfloat16",
-                                 mask.get("use_sinks", False))
-    kw = {key: val for key, val in mask.items() if key != "use_sinks"}
-    ro, rl = attention_reference(q, k, v, sinks=sinks, **kw)
-    no, nl = attention_naive(q, k, v, "bfloat16", sinks=sinks, **kw)
-    for what, a, b, ref, naive, dt in (("o", amx, slow, ro, no, "bfloat16"),
-                                       ("lse", amx_lse, slow_lse, rl, nl, "float32")):
-        tol = tolerance(ref, naive, dt)
-        err = max_abs_err(a, b)
-        assert err <= tol, "%s: AMX vs fp32 path differ by %.3g > %.3g" % (what, err, tol)
+    _paths_agree(seed, shape, mask, (amx, amx_lse), (slow, slow_lse), "AMX")
 
 
 def test_cpu_amx_knob_validated(monkeypatch):

@@ -15,6 +15,7 @@
  * Rounding is to nearest even (vcvtne[2]ps2bf16); inputs that were bf16 to
  * begin with pass through unchanged. */
 #include "attn_bwd.h"
+#include "amx.h"
 #include "simd_avx512.h" /* fp32 side; the bf16 pair operations have no counterpart elsewhere */
 
 #include <string.h>
@@ -111,23 +112,6 @@ void fc_bwd_bf16_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars,
 
 /* -------------------------------------------------------------------- AMX */
 #if defined(FLASHC_HAVE_AMX)
-/* Palette 1, tiles 0-7 all 16 rows × 64 bytes; loaded per call (the
- * configuration is per thread) and released at its end. */
-static void amx_config(void) {
-    struct {
-        uint8_t palette, start_row, rsv[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; ++t) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
-
 /* C tiles 0-3 (16 rows × up to 4 × 16 columns from n0), A tile 4, B tiles
  * 5-7 (the fourth column block reuses 5). at: the 16 rows' pairs, row
  * stride atb bytes. */
@@ -178,7 +162,7 @@ void fc_bwd_amx_gemm(int M, int N, int K2, const uint32_t *a, ptrdiff_t ars, ptr
         return;
     }
     uint32_t at[16 * KMAX] __attribute__((aligned(64))); /* A rows as pairs (acs ≠ 1) */
-    amx_config();
+    fc_amx_config();
     for (int m0 = 0; m0 < M16; m0 += 16) {
         const uint32_t *ap;
         ptrdiff_t apb;

@@ -42,6 +42,7 @@
  * Rows past the block's last row group (of 32) are neither computed nor
  * read. */
 #include "attn_fwd.h"
+#include "amx.h"
 #include "simd_avx512.h"
 #include "simd_score.h"
 
@@ -262,23 +263,6 @@ static inline void FN(pack_vpair)(int32_t *vp, const uint16_t *v0, const uint16_
 
 #if defined(FLASHC_HAVE_AMX)
 /* ------------------------------------------------------------------ AMX */
-/* Palette 1, tiles 0-7 all 16 rows × 64 bytes (loaded per block: the
- * configuration is per thread). */
-static void FN(amx_config)(void) {
-    struct {
-        uint8_t palette, start_row, rsv[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; ++t) {
-        c.colsb[t] = 64;
-        c.rows[t] = 16;
-    }
-    _tile_loadconfig(&c);
-}
-
 // st (BC, BR) = mul · (K rows · Qt) for the blocks of 32 keys × 32 rows of the first nrg row groups
 // that meet the group's [jlo, jhi) (others left as they were, as FN(qk)). ka[g], kst[g]: the first
 // row and the row stride in bytes of key group g (16 keys, dp bf16 readable per row).
@@ -424,6 +408,7 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
     float *tmp = (float *)(hil + FC_BR);         /* (VW, dp) rows being transposed */
     uint16_t *rbuf = (uint16_t *)(tmp + FC_VF_W * dp); /* (2, dp) gathered strided rows */
     int32_t *vt = (int32_t *)(tmp + FC_VF_W * dp + dp); /* (dp, BC/2) pairs = (dp, BC) bf16 (AMX) */
+    (void)vt; /* unused where the AMX path is not built */
     const int nrg = (nr + FC_RG - 1) / FC_RG;           /* row groups holding a row (AMX) */
 
     /* Query positions ia..ia+np−1 of the block, their visible ranges, the
@@ -575,7 +560,7 @@ flashc_status fc_attn_fwd_avx512bf16(const fc_attn *a) {
 #if defined(FLASHC_HAVE_AMX)
 static void FN(block_amx)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64_t p0, int64_t p1, float *ws,
                           float *part) {
-    FN(amx_config)();
+    fc_amx_config();
     FN(block_impl)(a, b, hk, r0, p0, p1, ws, part, 1);
     _tile_release();
 }
