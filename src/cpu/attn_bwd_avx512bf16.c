@@ -18,8 +18,6 @@
 #include "amx.h"
 #include "simd_avx512.h" /* fp32 side; the bf16 pair operations have no counterpart elsewhere */
 
-#include <string.h>
-
 /* ------------------------------------------------------------------- gemm */
 /* Register tile MR rows × NV vectors of 16 lanes: per pair step, NV loads of
  * b, MR 32-bit broadcasts of a, MR·NV vdpbf16ps. VIS (compile-time):
@@ -204,15 +202,6 @@ void fc_bwd_amx_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, 
                          const int32_t *se, const int32_t *lo, const int32_t *hi) {
     enum { BMAX = 32 * 256 }; /* pairs × columns: K ≤ 64 (a tile's rows or keys), N ≤ 256 */
     const int K2 = (K + 1) / 2;
-    const __m512i expo = _mm512_set1_epi16(0x7f80);
-    __mmask32 bad = 0;
-    for (int k = 0; k < K2; ++k)
-        for (int n = 0; n < N; n += 16)
-            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(b + (ptrdiff_t)k * ldb + n), expo), expo);
-    if (!bad) { /* nothing non-finite: the unguarded product (the same bits) */
-        fc_bwd_amx_gemm(M, N, K2, a, ars, acs, b, ldb, c, ldc, 1);
-        return;
-    }
     if ((int64_t)K2 * N > BMAX) { /* not reached by the backward's tiles */
         fc_bwd_bf16_gemm_vis(M, N, K, a, ars, acs, b, ldb, c, ldc, q_is_m, se, lo, hi);
         return;
@@ -221,12 +210,13 @@ void fc_bwd_amx_gemm_vis(int M, int N, int K, const uint32_t *a, ptrdiff_t ars, 
      * invisible term with a finite b is the unguarded product's, and an
      * invisible term (a = 0 by selection) is 0·0 where a clean call has 0·b. */
     uint32_t bs[BMAX] __attribute__((aligned(64)));
+    int bad = 0;
     for (int k = 0; k < K2; ++k)
-        for (int n = 0; n < N; n += 16) {
-            const __m512i v = _mm512_loadu_si512(b + (ptrdiff_t)k * ldb + n);
-            const __mmask32 nf = _mm512_cmpeq_epi16_mask(_mm512_and_si512(v, expo), expo);
-            _mm512_store_si512(bs + (ptrdiff_t)k * N + n, _mm512_maskz_mov_epi16(~nf, v));
-        }
+        bad |= fc_bf16_scrub((uint16_t *)(bs + (ptrdiff_t)k * N), (const uint16_t *)(b + (ptrdiff_t)k * ldb), 2 * N);
+    if (!bad) { /* nothing non-finite: the unguarded product (the same bits) */
+        fc_bwd_amx_gemm(M, N, K2, a, ars, acs, b, ldb, c, ldc, 1);
+        return;
+    }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* bs: rows < K2 written above, all that is read */
     fc_bwd_amx_gemm(M, N, K2, a, ars, acs, bs, N, c, ldc, 1);

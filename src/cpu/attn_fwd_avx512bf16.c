@@ -342,16 +342,6 @@ static void FN(pv_amx)(float *ot, int64_t dp, const int32_t *pt, const uint16_t 
         }
 }
 
-/* x[0..n) with every non-finite bf16 replaced by +0 (n a multiple of 32). */
-static void FN(scrub_bf16)(uint16_t *x, int64_t n) {
-    const __m512i expo = _mm512_set1_epi16(0x7f80);
-    for (int64_t i = 0; i < n; i += 32) {
-        const __m512i v = _mm512_loadu_si512(x + i);
-        const __mmask32 bad = _mm512_cmpeq_epi16_mask(_mm512_and_si512(v, expo), expo);
-        if (bad) _mm512_storeu_si512(x + i, _mm512_maskz_mov_epi16(~bad, v));
-    }
-}
-
 // After FN(pv_amx) on scrubbed V: ot[d][r] += p[r][j]·v[j][d] for every non-finite v[j][d] (j < nb,
 // d < D) and every row r < nrow whose p[r][j] is not 0: what the unscrubbed product adds there
 // (Inf or NaN: the result does not depend on the order). A rare path.
@@ -487,20 +477,18 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                 int64_t kst[FC_BC / 16];
                 for (int j = 0; j < nb; j += 16) {
                     const int n16 = nb - j < 16 ? nb - j : 16;
-                    int direct = kr[j] == kp + (int64_t)j * dp; /* already in Kp */
-                    if (!direct && D == dp && n16 == 16) {
-                        const int64_t step = n16 > 1 ? kr[j + 1] - kr[j] : 0;
-                        direct = 1;
-                        for (int t = 2; t < 16 && direct; ++t) direct = kr[j + t] - kr[j] == t * step;
-                    }
-                    if (direct) {
+                    uint16_t *kpj = kp + (int64_t)j * dp;
+                    ka[j / 16] = kpj; /* Kp rows (dp apart), unless in place below */
+                    kst[j / 16] = dp * 2;
+                    if (kr[j] == kpj) continue; /* copied into Kp already (not k_inplace) */
+                    int even = D == dp && n16 == 16;
+                    const ptrdiff_t step = kr[j + 1] - kr[j];
+                    for (int t = 2; t < 16 && even; ++t) even = kr[j + t] - kr[j] == t * step;
+                    if (even) {
                         ka[j / 16] = kr[j];
-                        kst[j / 16] = n16 > 1 ? (kr[j + 1] - kr[j]) * 2 : dp * 2;
+                        kst[j / 16] = step * 2;
                     } else {
-                        for (int t = 0; t < n16; ++t)
-                            if (kr[j + t] != kp + (int64_t)(j + t) * dp) FN(copy_row)(kp + (j + t) * dp, kr[j + t], D, dp);
-                        ka[j / 16] = kp + (int64_t)j * dp;
-                        kst[j / 16] = dp * 2;
+                        for (int t = 0; t < n16; ++t) FN(copy_row)(kpj + t * dp, kr[j + t], D, dp);
                     }
                 }
                 FN(qk_amx)(qt, ka, kst, nb, dp, nrg, jlo, jhi, st, mod.qk_mul);
@@ -532,7 +520,7 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                  * are then 0·0, as 0·v in a clean call: the same bits), then
                  * each non-finite value's term added to the rows whose p is
                  * not 0 (FN(pv_masked)'s rule). */
-                if (vbad) FN(scrub_bf16)((uint16_t *)vt, dp * FC_BC);
+                if (vbad) fc_bf16_scrub((uint16_t *)vt, (const uint16_t *)vt, dp * FC_BC);
                 FN(pv_amx)(ot, dp, pt, (const uint16_t *)vt, nk, nrg, alpha);
                 if (vbad) FN(pv_fixup)(ot, D, dp, pt, vp, nb, nrg * FC_RG);
 #endif
