@@ -146,9 +146,12 @@ static inline FC_HOST_DEVICE fc_seq fc_attn_seq(const fc_attn *a, int64_t b) {
 static inline FC_HOST_DEVICE int64_t fc_attn_key_offset(const fc_attn *a, const fc_seq *s, int64_t b,
                                                         const int64_t st[4], int64_t j, int64_t hk) {
     if (a->block_table) {
-        const int64_t pg = fc_clamp64(a->block_table[b * a->sbt[0] + (j / a->page_size) * a->sbt[1]], 0,
-                                      a->Bk - 1);
-        return pg * st[0] + (j % a->page_size) * st[1] + hk * st[2];
+        /* j / page_size in 32 bits where both fit (always, in practice): a
+         * 64-bit division is a long instruction sequence on a GPU. */
+        const int64_t ps = a->page_size;
+        const int64_t pi = ((uint64_t)j | (uint64_t)ps) <= 0xFFFFFFFFu ? (int64_t)((uint32_t)j / (uint32_t)ps) : j / ps;
+        const int64_t pg = fc_clamp64(a->block_table[b * a->sbt[0] + pi * a->sbt[1]], 0, a->Bk - 1);
+        return pg * st[0] + (j - pi * ps) * st[1] + hk * st[2];
     }
     return s->kb * st[0] + (s->k_row + j) * st[1] + hk * st[2];
 }

@@ -34,9 +34,8 @@
  * (the exp2 domain) in the scratch.
  *
  * Sequences. Lengths, row and key origins come from fc_attn_seq, key rows
- * through fc_attn_key_offset (paged: the page of a key via the block table;
- * a tile of 16 keys lies in one page when page_size % 16 == 0, one lookup per
- * tile, else one per key row). Keys at or past a sequence's end are never
+ * through fc_attn_key_offset (paged: the page of a key via the block table,
+ * any page size), one key row per lane (load_kv_tile). Keys at or past a sequence's end are never
  * read (zero-filled in shared memory and masked), so garbage there has no
  * effect. The split count comes from the longest sequence (p.a.Sk); a split
  * whose keys lie past a short sequence's end writes an empty partial
@@ -92,23 +91,51 @@ __device__ __forceinline__ int64_t part_index(const DecArgs &da, int64_t b, int 
     return ((b * Hkv + hk) * da.nsplit + split) * (int64_t)da.rmax + r;
 }
 
-/* Key rows [n0, n0 + BN) of sequence seq, kv head hk, of a k/v-shaped tensor
- * g (strides st) into smem rows of pitch LD, by one warp (load_rows_at):
- * rows at or past the sequence's end (Sk) and columns ≥ D are zero-filled,
- * never read. contig (fcc_tile_contig: not paged, or pages of a multiple of
- * BN keys): one fc_attn_key_offset per tile, else one per row. L2::128B
- * prefetch hints on the copies (cp_async16). */
+/* The K and V tiles of keys [n0, n0 + BN) of sequence seq, kv head hk, into
+ * smem rows of pitch LD (V BN rows after K), by one warp. Key rows at or past
+ * the sequence's end (Sk) and columns ≥ D are zero-filled, never read. Lane
+ * l < BN works out the element offset of K row l, lane BN + l that of V row
+ * l (one fc_attn_key_offset a lane and tile: a page lookup for paged caches,
+ * whatever the page size), and the copies take them by shuffles: the loop
+ * stays a few instructions per 16 bytes, so the kernel's code stays small
+ * (a decode CTA runs a handful of tiles: instruction fetch, not bandwidth,
+ * bounded the B = 1 step when every chunk worked out its own offset).
+ * vec: cp.async with the L2::128B prefetch hint, waited for by the caller;
+ * else plain loads (a loop, not unrolled: the rare path), visible after the
+ * caller's __syncwarp. */
 template <typename T, class K>
-__device__ __forceinline__ void load_kv_tile(T *s, const T *g, const int64_t *st, const fc_attn &a, const fc_seq &seq,
-                                             int64_t b, int hk, int n0, int Sk, int D, bool vec, bool contig,
-                                             int lane) {
-    if (contig) {
-        const int64_t t0 = fc_attn_key_offset(&a, &seq, b, st, n0, hk), rs = st[1]; /* n0 < Sk */
-        load_rows_at<T, K::HD, K::BN, 32, 128>(s, g, [=](int r) { return t0 + r * rs; }, n0, Sk, D, vec, lane);
+__device__ __forceinline__ void load_kv_tile(T *sK, const T *Kg, const T *Vg, const fc_attn &a, const fc_seq &seq,
+                                             int64_t b, int hk, int n0, int Sk, int D, bool vec, int lane) {
+    constexpr int HD = K::HD, BN = K::BN, LD = K::LD, CPR = HD / 8; /* 16-byte chunks per row */
+    static_assert(2 * BN == 32 && (BN * CPR) % 32 == 0, "one lane per K/V row offset");
+    const int lr = lane & (BN - 1);
+    int64_t my = 0;
+    if (n0 + lr < Sk) my = lane < BN ? fc_attn_key_offset(&a, &seq, b, a.sk, n0 + lr, hk)
+                                     : fc_attn_key_offset(&a, &seq, b, a.sv, n0 + lr, hk);
+    T *sV = sK + BN * LD;
+    if (vec) {
+#pragma unroll
+        for (int idx = lane; idx < BN * CPR; idx += 32) {
+            const int r = idx / CPR, c = idx % CPR;
+            const bool ok = n0 + r < Sk && c * 8 < D;
+            const int64_t koff = __shfl_sync(0xffffffffu, my, r), voff = __shfl_sync(0xffffffffu, my, BN + r);
+            cp_async16<128>(smem_u32(sK + r * LD + c * 8), ok ? Kg + koff + c * 8 : Kg, ok);
+            cp_async16<128>(smem_u32(sV + r * LD + c * 8), ok ? Vg + voff + c * 8 : Vg, ok);
+        }
     } else {
-        load_rows_at<T, K::HD, K::BN, 32, 128>(
-            s, g, [&](int r) { return n0 + r < Sk ? fc_attn_key_offset(&a, &seq, b, st, n0 + r, hk) : (int64_t)0; },
-            n0, Sk, D, vec, lane);
+#pragma unroll 1
+        for (int idx = lane; idx < BN * CPR; idx += 32) {
+            const int r = idx / CPR, c = idx % CPR;
+            const bool rok = n0 + r < Sk;
+            const int64_t koff = __shfl_sync(0xffffffffu, my, r), voff = __shfl_sync(0xffffffffu, my, BN + r);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const int d = c * 8 + e;
+                const bool ok = rok && d < D;
+                sK[r * LD + d] = ok ? Kg[koff + d] : Ops<T>::from_f(0.f);
+                sV[r * LD + d] = ok ? Vg[voff + d] : Ops<T>::from_f(0.f);
+            }
+        }
     }
 }
 
@@ -203,20 +230,16 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     const T *Vg = static_cast<const T *>(a.v);
     T *wring = ring + warp * ST * K::STAGE;
     const int nt = k0 + warp < k1 ? (k1 - k0 - warp + NW - 1) / NW : 0;
-    const bool contig = fcc_tile_contig(a, BN);
     auto issue = [&](int n) {
-        if (n < nt) {
-            const int n0 = tile_key0(k0 + warp + n * NW);
-            T *sK = wring + (n % ST) * K::STAGE;
-            load_kv_tile<T, K>(sK, Kg, a.sk, a, seq, b, hk, n0, Sk, p.D, p.vec16, contig, lane);
-            load_kv_tile<T, K>(sK + BN * LD, Vg, a.sv, a, seq, b, hk, n0, Sk, p.D, p.vec16, contig, lane);
-        }
+        if (n < nt)
+            load_kv_tile<T, K>(wring + (n % ST) * K::STAGE, Kg, Vg, a, seq, b, hk, tile_key0(k0 + warp + n * NW), Sk,
+                               p.D, p.vec16, lane);
         cp_async_commit(); /* one group per tile slot, empty or not: the wait counts stay uniform */
     };
 
     load_q_block<T, K>(sQ, p, seq, hk, r0, nr, tid);
     cp_async_commit();
-#pragma unroll
+#pragma unroll 1
     for (int n = 0; n < ST - 1; ++n) issue(n);
     cp_async_wait<ST - 1>(); /* this thread's Q copies landed (the oldest group) ... */
     __syncthreads();         /* ... and everyone's */
