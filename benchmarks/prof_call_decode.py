@@ -28,7 +28,7 @@ import bench_call_overhead as _overhead  # noqa: E402  (per_call: back-to-back c
 import flashc.torch as ft  # noqa: E402
 from flashc import _lib  # noqa: E402
 from flashc._core import attn_params  # noqa: E402
-from flashc.torch import _placement, _tensor  # noqa: E402
+from flashc.torch import _desc, _placement  # noqa: E402
 
 
 def pipelined(fn):
@@ -63,11 +63,12 @@ def main():
         k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         o = torch.empty_like(q)
-        tq, tk, tv, to = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v"), _tensor(o, "o")
+        tq, tk, tv, to = _desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o")
         be, st = _placement((q, k, v))
         p = attn_params(be, stream=st)
         pc = attn_params(_lib.FLASHC_BACKEND_CUDA, stream=st)
-        rq, rk, rv, ro, rp, rpc = (ctypes.byref(x) for x in (tq, tk, tv, to, p, pc))
+        rq, rk, rv, ro = tq, tk, tv, to  # (bytes: passed as they are)
+        rp, rpc = ctypes.byref(p), ctypes.byref(pc)
 
         def fl():
             ft.attention(q, k, v)
@@ -89,7 +90,7 @@ def main():
             for name, fn in rows:
                 print("  %-28s event %7.1f us   pipelined %7.1f us" % (name, event(fn), pipelined(fn)))
             for name, fn in (("_placement", lambda: _placement((q, k, v))),
-                             ("4 x _tensor", lambda: [_tensor(x, "x") for x in (q, k, v, o)]),
+                             ("4 x _desc", lambda: [_desc(x, "x") for x in (q, k, v, o)]),
                              ("new_empty(o)", lambda: q.new_empty(q.shape)),
                              ("attn_params", lambda: attn_params(be, stream=st)),
                              ("ctypes no-op (version)", lambda: _lib.flashc_version_number())):

@@ -490,3 +490,40 @@ def test_compile_fullgraph_weighted_sum(device):
     ge = torch.autograd.grad(ye.sum(), (x, w))
     for a, b in zip(gs, ge):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# ------------------------------------------------------- CUDA graph capture
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("Sk", [64, 8192])  # one kernel; split keys + the combine
+def test_cuda_graph_capture_decode(Sk):
+    """A decode step captured in a CUDA graph replays like the eager call,
+    and follows new data copied into the captured inputs (issue 9: serving
+    loops capture their steps). Sk = 8192 takes the split-KV kernel, its
+    scratch from the module's pool and the combine kernel."""
+    if not torch.cuda.is_available() or "cuda" not in flashc.backends():
+        pytest.skip("no CUDA device / backend")
+    dt = torch.bfloat16
+    q = torch.randn(2, 1, 8, 128, device="cuda", dtype=dt)
+    k, v = (torch.randn(2, Sk, 2, 128, device="cuda", dtype=dt) for _ in range(2))
+    with torch.no_grad():
+        eager = ft.attention(q, k, v)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up off the default stream, as torch recommends
+            ft.attention(q, k, v)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = ft.attention(q, k, v)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+        q2 = torch.randn_like(q)
+        k[:, Sk // 2:] = torch.randn_like(k[:, Sk // 2:])
+        q.copy_(q2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ft.attention(q, k, v))
+        assert not torch.equal(out, eager)

@@ -24,6 +24,7 @@ Library search order:
 import ctypes
 import ctypes.util
 import os
+import struct
 
 # ----------------------------------------------------------------- loading
 
@@ -211,7 +212,17 @@ class flashc_kvcache(ctypes.Structure):
     ]
 
 
-_tensor_p = ctypes.POINTER(flashc_tensor)
+# Tensor arguments are passed as c_void_p: either ctypes.byref() of a
+# flashc_tensor or the bytes of one (tensor_struct.pack(...): flashc.torch's
+# per-call descriptors, one struct.pack instead of a ctypes structure and
+# its field assignments — a decode step builds five of them). The C side
+# reads them as const flashc_tensor *; the bytes are never written.
+_tensor_p = ctypes.c_void_p
+# flashc_tensor's layout: data, dtype, ndim, shape[FLASHC_MAX_DIMS], strides[FLASHC_MAX_DIMS].
+tensor_struct = struct.Struct("@Pii%dq%dq" % (FLASHC_MAX_DIMS, FLASHC_MAX_DIMS))
+if tensor_struct.size != ctypes.sizeof(flashc_tensor):
+    raise ImportError("flashc: flashc_tensor packs to %d bytes, its ctypes mirror has %d"
+                      % (tensor_struct.size, ctypes.sizeof(flashc_tensor)))
 _varlen_p = ctypes.POINTER(flashc_varlen)
 _kvcache_p = ctypes.POINTER(flashc_kvcache)
 _attn_params_p = ctypes.POINTER(flashc_attn_params)

@@ -35,8 +35,8 @@
  *
  * Sequences. Lengths, row and key origins come from fc_attn_seq, key rows
  * through fc_attn_key_offset (paged: the page of a key via the block table,
- * any page size), one key row per lane (load_kv_tile). Keys at or past a sequence's end are never
- * read (zero-filled in shared memory and masked), so garbage there has no
+ * any page size), one key row per lane (load_kv_tile). Keys at or past a
+ * sequence's end are never read (zero-filled in shared memory and masked), so garbage there has no
  * effect. The split count comes from the longest sequence (p.a.Sk); a split
  * whose keys lie past a short sequence's end writes an empty partial
  * (m = −inf, O not written and never read).
@@ -230,9 +230,10 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     const T *Vg = static_cast<const T *>(a.v);
     T *wring = ring + warp * ST * K::STAGE;
     const int nt = k0 + warp < k1 ? (k1 - k0 - warp + NW - 1) / NW : 0;
+    auto tile_of = [&](int n) { return k0 + warp + n * NW; };
     auto issue = [&](int n) {
         if (n < nt)
-            load_kv_tile<T, K>(wring + (n % ST) * K::STAGE, Kg, Vg, a, seq, b, hk, tile_key0(k0 + warp + n * NW), Sk,
+            load_kv_tile<T, K>(wring + (n % ST) * K::STAGE, Kg, Vg, a, seq, b, hk, tile_key0(tile_of(n)), Sk,
                                p.D, p.vec16, lane);
         cp_async_commit(); /* one group per tile slot, empty or not: the wait counts stay uniform */
     };
@@ -248,12 +249,21 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     const int q_off = (lane & 15) * LD + (lane >> 4) * 8;
     const int k_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
     const int v_off = (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
+    /* One m16 tile of Q (a decode step) stays in registers across the key
+     * tiles (32 registers at HD 128) instead of being re-read by ldmatrix. */
+    constexpr bool QREG = MT == 1 && HD <= 128;
+    uint32_t qreg[QREG ? NKK : 1][4];
+    if constexpr (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < NKK; ++kk)
+            ldsm_x4(sQa + 2 * (q_off + kk * 16), qreg[kk][0], qreg[kk][1], qreg[kk][2], qreg[kk][3]);
+    }
 
     for (int n = 0; n < nt; ++n) {
         cp_async_wait<ST - 2>(); /* tile n landed (this lane's copies) ... */
         __syncwarp();            /* ... all lanes'; and every lane is done with stage (n − 1) % ST */
         issue(n + ST - 1);
-        const int n0 = tile_key0(k0 + warp + n * NW);
+        const int n0 = tile_key0(tile_of(n));
         const uint32_t sKa = smem_u32(wring + (n % ST) * K::STAGE), sVa = sKa + BN * LD * 2;
 
         /* S = Q·Kᵀ: RB rows × BN keys */
@@ -268,8 +278,14 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
         for (int kk = 0; kk < NKK; ++kk) {
             uint32_t qa[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                ldsm_x4(sQa + 2 * (q_off + mt * 16 * LD + kk * 16), qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+            for (int mt = 0; mt < MT; ++mt) {
+                if constexpr (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) qa[mt][e] = qreg[kk][e];
+                } else {
+                    ldsm_x4(sQa + 2 * (q_off + mt * 16 * LD + kk * 16), qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+                }
+            }
 #pragma unroll
             for (int jj = 0; jj < NJ / 2; ++jj) {
                 uint32_t b0, b1, b2, b3;
@@ -308,7 +324,8 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
         for (int mt = 0; mt < MT; ++mt) {
             float alpha[2];
             tile_softmax(s[mt], m_i[mt], l_i[mt], alpha, mul);
-            tile_rescale(acc_o[mt], alpha);
+            /* α = 1 exactly where no row max moved (most tiles of a long decode): skip the O rescale. */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tile_rescale(acc_o[mt], alpha);
             tile_pack_p<T>(s[mt], pa[mt]);
         }
         /* Non-finite values of keys some row cannot see (attn_fwd_tile.cuh), on partial tiles only. */
