@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """CPU cost of the pieces of a flashc.torch call (issue 9: decode latency),
-variants side by side: descriptor builders, output allocation, placement.
-Mean µs over back-to-back calls (no GPU work is timed here)."""
+variants side by side: descriptor builders (a ctypes structure as flashc.torch
+built it before 2026-11-27, struct.pack bytes as it does now), output
+allocation, placement; then whole no-grad calls. Mean µs over back-to-back
+calls. results/h200-2026-11-27-s9-py-call.txt has the run that chose the
+packed bytes (its "prototype" rows: the bytes path before it was flashc.torch's)."""
 import ctypes
 import os
 import struct
@@ -68,36 +71,12 @@ def main():
     if raw is not None:
         rows.append(("_cuda_getCurrentRawStream(0)", per_call(lambda: raw(0))))
     rows.append(("torch.is_grad_enabled()", per_call(torch.is_grad_enabled)))
-    # A prototype of the whole no-grad forward with bytes descriptors and a
-    # binding that takes them as char pointers (no ctypes structures built).
-    fn = _lib.lib._FuncPtr(("flashc_attn_fwd", _lib.lib))
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_char_p] * 5 + [ctypes.c_void_p]
-    from flashc._core import attn_params
-
-    def fast(q, k, v):
-        dev = q.device
-        if k.device != dev or v.device != dev:
-            raise ValueError
-        stream = raw(dev.index) if raw is not None else None
-        o = q.new_empty(q.shape)
-        p = attn_params(_lib.FLASHC_BACKEND_CUDA, stream=stream)
-        st = fn(pack2(q), pack2(k), pack2(v), pack2(o), None, ctypes.byref(p))
-        if st:
-            raise RuntimeError(st)
-        return o
+    rows.append(("_desc (flashc.torch's packed bytes)", per_call(lambda: ft._desc(k, "k"))))
     with torch.no_grad():
-        o1 = ft.attention(q, k, k)
-        o2 = fast(q, k, k)
-        torch.cuda.synchronize()
-        print("  prototype == flashc.torch:", bool(torch.equal(o1, o2)))
         rows.append(("ft.attention (whole, no_grad, GPU work incl.)", per_call(lambda: ft.attention(q, k, k), 3000)))
-        rows.append(("prototype bytes path (whole)", per_call(lambda: fast(q, k, k), 3000)))
-        rows.append(("ft.attention again", per_call(lambda: ft.attention(q, k, k), 3000)))
         qs = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
         ks = torch.randn(1, 64, 8, 128, device="cuda", dtype=torch.bfloat16)
         rows.append(("ft.attention Sk=64 (one kernel)", per_call(lambda: ft.attention(qs, ks, ks), 3000)))
-        rows.append(("prototype Sk=64", per_call(lambda: fast(qs, ks, ks), 3000)))
     torch.cuda.synchronize()
     for name, us in rows:
         print("  %-48s %7.2f us" % (name, us))
