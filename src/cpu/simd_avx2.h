@@ -17,6 +17,7 @@
 #define FLASHC_CPU_SIMD_AVX2_H
 
 #include "flashc_internal.h"
+#include "simd_tanh_poly.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -165,15 +166,36 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
 }
 
 /* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
- * NaN unless x is NaN): with w = 1 − e^(−2|x|) ∈ [0, 1) (fc_vf_exp2_parts,
- * no cancellation near 0), tanh |x| = w / (2 − w), then the sign of x. */
+ * NaN unless x is NaN). Lanes with |x| ≤ 1 (a softcap's s / cap, nearly
+ * always): x·P(x²) (simd_tanh_poly.h, 9 operations); the others: with
+ * w = 1 − e^(−2|x|) ∈ [0, 1) (fc_vf_exp2_parts, no cancellation near 0),
+ * tanh |x| = w / (2 − w), then the sign of x. Each lane's form depends on
+ * its own value only (a masked key's Inf must not change a clean lane's
+ * bits); a vector computes the exp form only when some lane needs it. */
 FC_SI fc_vf fc_vf_tanh(fc_vf x) {
     const __m256 sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sgn, x), one, _CMP_LE_OQ); /* (NaN: not ≤) */
+    const int ns = _mm256_movemask_ps(small);
+    __m256 tp = x;
+    if (ns) {
+        const __m256 z = _mm256_mul_ps(x, x);
+        __m256 q = _mm256_set1_ps(FC_TANH_P7);
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P6));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P5));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P4));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P3));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P2));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P1));
+        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P0));
+        tp = _mm256_mul_ps(x, q);
+        if (ns == 0xFF) return tp;
+    }
     fc_vf s, p;
     fc_vf_exp2_parts(_mm256_mul_ps(_mm256_andnot_ps(sgn, x), _mm256_set1_ps(-2.0f * FC_LOG2E_F)), &s, &p);
     const __m256 w = _mm256_fnmadd_ps(s, p, _mm256_sub_ps(one, s));
     const __m256 t = _mm256_div_ps(w, _mm256_sub_ps(_mm256_add_ps(one, one), w));
-    return _mm256_xor_ps(t, _mm256_and_ps(sgn, x));
+    const __m256 te = _mm256_xor_ps(t, _mm256_and_ps(sgn, x));
+    return _mm256_blendv_ps(te, tp, small); /* per lane: a lane's value alone picks its form */
 }
 
 /* Horizontal max / sum, a fixed order: 128-bit halves, then pairs, then singles. */

@@ -9,6 +9,7 @@
 #define FLASHC_CPU_SIMD_AVX512_H
 
 #include "flashc_internal.h"
+#include "simd_tanh_poly.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -142,15 +143,31 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
 }
 
 /* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
- * NaN unless x is NaN); as simd_avx2.h. */
+ * NaN unless x is NaN); as simd_avx2.h (x·P(x²) on the lanes with |x| ≤ 1). */
 FC_SI fc_vf fc_vf_tanh(fc_vf x) {
     const __m512 one = _mm512_set1_ps(1.0f);
+    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), one, _CMP_LE_OQ); /* (NaN: not ≤) */
+    __m512 tp = x;
+    if (small) {
+        const __m512 z = _mm512_mul_ps(x, x);
+        __m512 q = _mm512_set1_ps(FC_TANH_P7);
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P6));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P5));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P4));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P3));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P2));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P1));
+        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P0));
+        tp = _mm512_mul_ps(x, q);
+        if (small == 0xFFFF) return tp;
+    }
     fc_vf s, p;
     fc_vf_exp2_parts(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f * FC_LOG2E_F)), &s, &p);
     const __m512 w = _mm512_fnmadd_ps(s, p, _mm512_sub_ps(one, s));
     const __m512 t = _mm512_div_ps(w, _mm512_sub_ps(_mm512_set1_ps(2.0f), w));
     const __m512i sx = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
-    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), sx));
+    const __m512 te = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), sx));
+    return _mm512_mask_blend_ps(small, te, tp); /* per lane: a lane's value alone picks its form */
 }
 
 /* Horizontal max / sum (a fixed order). */
