@@ -54,34 +54,16 @@ def _code(t, name):
     return code
 
 
-def _tensor(t, name, code=None):
-    """A flashc_tensor describing torch tensor t (strides in elements);
-    code: its flashc_dtype when known (FLASHC_I32 for index tensors).
-    Per call cost matters (the user pays it on every step): slice
-    assignment into the ctypes arrays, no per-element loop."""
-    nd = t.dim()
-    if nd > _lib.FLASHC_MAX_DIMS:
-        raise FlashcError(_lib.FLASHC_ERR_SHAPE, "%s has %d dimensions; flashc tensors have at "
-                          "most %d" % (name, nd, _lib.FLASHC_MAX_DIMS))
-    x = _lib.flashc_tensor()
-    x.data = t.data_ptr() or None
-    x.dtype = _code(t, name) if code is None else code
-    x.ndim = nd
-    x.shape[:nd] = t.shape
-    x.strides[:nd] = t.stride()
-    return x
-
-
 _PACK = _lib.tensor_struct.pack
 _ZEROS = (0,) * _lib.FLASHC_MAX_DIMS
 
 
 def _desc(t, name, code=None):
-    """_tensor's description as the bytes of a flashc_tensor (_lib's
-    tensor_struct), for a tensor passed straight to a flashc function: the
-    per-call path (one struct.pack, ~1 µs less a tensor than _tensor's
-    ctypes structure). _tensor stays for descriptions that other structs
-    point to (sinks, slopes, cache fields)."""
+    """The flashc_tensor describing torch tensor t (strides in elements) as
+    its bytes (_lib's tensor_struct), for a tensor passed straight to a
+    flashc function; code: its flashc_dtype when known (FLASHC_I32 for index
+    tensors). The per-call path: one struct.pack (~1 µs less a tensor than
+    a ctypes structure filled field by field)."""
     shape = t.shape
     nd = len(shape)
     if nd > _lib.FLASHC_MAX_DIMS:
@@ -89,6 +71,12 @@ def _desc(t, name, code=None):
                           "most %d" % (name, nd, _lib.FLASHC_MAX_DIMS))
     pad = _ZEROS[nd:]
     return _PACK(t.data_ptr(), _code(t, name) if code is None else code, nd, *shape, *pad, *t.stride(), *pad)
+
+
+def _tensor(t, name, code=None):
+    """_desc as a ctypes flashc_tensor, for the descriptions other structs
+    point to (sinks, slopes, cache fields, cu_seqlens)."""
+    return _lib.flashc_tensor.from_buffer_copy(_desc(t, name, code))
 
 
 # torch's current stream as a raw cudaStream_t without building a Stream

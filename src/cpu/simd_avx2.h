@@ -17,7 +17,6 @@
 #define FLASHC_CPU_SIMD_AVX2_H
 
 #include "flashc_internal.h"
-#include "simd_tanh_poly.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -165,6 +164,8 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
     return _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, _mm256_set1_ps(1.0f)));
 }
 
+#include "simd_tanh_poly.h" /* fc_vf_tanh_poly, over the arithmetic above */
+
 /* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
  * NaN unless x is NaN). Lanes with |x| ≤ 1 (a softcap's s / cap, nearly
  * always): x·P(x²) (simd_tanh_poly.h, 9 operations); the others: with
@@ -178,16 +179,7 @@ FC_SI fc_vf fc_vf_tanh(fc_vf x) {
     const int ns = _mm256_movemask_ps(small);
     __m256 tp = x;
     if (ns) {
-        const __m256 z = _mm256_mul_ps(x, x);
-        __m256 q = _mm256_set1_ps(FC_TANH_P7);
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P6));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P5));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P4));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P3));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P2));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P1));
-        q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(FC_TANH_P0));
-        tp = _mm256_mul_ps(x, q);
+        tp = fc_vf_tanh_poly(x);
         if (ns == 0xFF) return tp;
     }
     fc_vf s, p;

@@ -9,7 +9,6 @@
 #define FLASHC_CPU_SIMD_AVX512_H
 
 #include "flashc_internal.h"
-#include "simd_tanh_poly.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -142,6 +141,8 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
     return _mm512_fmadd_ps(s, p, _mm512_sub_ps(s, _mm512_set1_ps(1.0f)));
 }
 
+#include "simd_tanh_poly.h" /* fc_vf_tanh_poly, over the arithmetic above */
+
 /* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
  * NaN unless x is NaN); as simd_avx2.h (x·P(x²) on the lanes with |x| ≤ 1). */
 FC_SI fc_vf fc_vf_tanh(fc_vf x) {
@@ -149,16 +150,7 @@ FC_SI fc_vf fc_vf_tanh(fc_vf x) {
     const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), one, _CMP_LE_OQ); /* (NaN: not ≤) */
     __m512 tp = x;
     if (small) {
-        const __m512 z = _mm512_mul_ps(x, x);
-        __m512 q = _mm512_set1_ps(FC_TANH_P7);
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P6));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P5));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P4));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P3));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P2));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P1));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(FC_TANH_P0));
-        tp = _mm512_mul_ps(x, q);
+        tp = fc_vf_tanh_poly(x);
         if (small == 0xFFFF) return tp;
     }
     fc_vf s, p;

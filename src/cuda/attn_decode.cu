@@ -36,8 +36,8 @@
  * Sequences. Lengths, row and key origins come from fc_attn_seq, key rows
  * through fc_attn_key_offset (paged: the page of a key via the block table,
  * any page size), one key row per lane (load_kv_tile). Keys at or past a
- * sequence's end are never read (zero-filled in shared memory and masked), so garbage there has no
- * effect. The split count comes from the longest sequence (p.a.Sk); a split
+ * sequence's end are never read (zero-filled in shared memory and masked),
+ * so garbage there has no effect. The split count comes from the longest sequence (p.a.Sk); a split
  * whose keys lie past a short sequence's end writes an empty partial
  * (m = −inf, O not written and never read).
  *
