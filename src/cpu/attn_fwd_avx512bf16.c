@@ -142,12 +142,23 @@ static void FN(qk)(const int32_t *qt, const uint16_t *const *kr, int nb, int64_t
 // As the fp32 softmax (attn_fwd_body.h), but P = 2^(st − m_new) goes to pt rounded to bf16
 // (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0. Only the
 // first NV vectors of 16 rows (the AMX path: the row groups it computes; others FC_BR / 16).
-static inline __attribute__((always_inline)) void FN(softmax)(const float *st, int nb, float *m, float *l,
-                                                              float *alpha, int32_t *pt, const int NV) {
+// cap > 0: st holds u = qk_mul·<q, k> of a full tile whose only score step is the softcap, run
+// here (simd_score.h: fc_softmax_cap); cap = 0: st holds the scores.
+static inline __attribute__((always_inline)) void FN(softmax)(float *st, int nb, float *m, float *l,
+                                                              float *alpha, int32_t *pt, const int NV,
+                                                              const float cap) {
     __m512 mx[FC_BR / 16], ms[FC_BR / 16], sum[FC_BR / 16];
     for (int v = 0; v < NV; ++v) mx[v] = _mm512_load_ps(m + 16 * v);
-    for (int j = 0; j < nb; ++j)
-        for (int v = 0; v < NV; ++v) mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * FC_BR + 16 * v));
+    if (cap > 0.0f) {
+        __m512 mt[FC_BR / 16];
+        for (int v = 0; v < NV; ++v) mt[v] = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < nb; ++j)
+            for (int v = 0; v < NV; ++v) mt[v] = fc_vf_cap_max(st + j * FC_BR + 16 * v, mt[v]);
+        for (int v = 0; v < NV; ++v) mx[v] = _mm512_max_ps(mx[v], _mm512_mul_ps(mt[v], _mm512_set1_ps(cap)));
+    } else {
+        for (int j = 0; j < nb; ++j)
+            for (int v = 0; v < NV; ++v) mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * FC_BR + 16 * v));
+    }
     for (int v = 0; v < NV; ++v) {
         /* A row that has seen nothing keeps −inf; exponentiate against 0
          * so that 2^(−inf) = 0 rather than NaN. */
@@ -159,11 +170,12 @@ static inline __attribute__((always_inline)) void FN(softmax)(const float *st, i
      * odd key's in the high half; this interleaves them into row pairs. */
     const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                          23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 vcap = _mm512_set1_ps(cap);
     for (int j = 0; j < nb; j += 2)
         for (int v = 0; v < NV; ++v) {
             const float *p = st + j * FC_BR + 16 * v;
-            const __m512 e0 = fc_vf_exp2(_mm512_sub_ps(_mm512_load_ps(p), ms[v]));
-            const __m512 e1 = j + 1 < nb ? fc_vf_exp2(_mm512_sub_ps(_mm512_load_ps(p + FC_BR), ms[v]))
+            const __m512 e0 = fc_vf_exp2(fc_vf_softmax_arg(cap, _mm512_load_ps(p), vcap, ms[v]));
+            const __m512 e1 = j + 1 < nb ? fc_vf_exp2(fc_vf_softmax_arg(cap, _mm512_load_ps(p + FC_BR), vcap, ms[v]))
                                          : _mm512_setzero_ps();
             sum[v] = _mm512_add_ps(_mm512_add_ps(sum[v], e0), e1);
             const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
@@ -495,13 +507,17 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
             } else
 #endif
                 FN(qk)(qt, kr, nb, dh, jlo, jhi, st, mod.qk_mul);
-            fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
-                                    sel, lol, hil);
+            /* A full tile whose only step is the softcap: the step runs in
+             * the softmax (fc_softmax_cap). */
+            const float fcap = fc_softmax_cap(mode, kind == FC_TILE_PARTIAL, mod.cap);
+            if (fcap == 0.0f)
+                fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
+                                        sel, lol, hil);
             switch (amx ? nrg : FC_BR / FC_RG) { /* constant row counts: the softmax's vectors stay in registers */
-            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16); break;
-            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16); break;
-            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16); break;
-            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16); break;
+            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16, fcap); break;
+            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16, fcap); break;
+            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16, fcap); break;
+            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16, fcap); break;
             }
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */

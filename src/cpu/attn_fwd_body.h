@@ -85,16 +85,29 @@ static void FN(qk)(const float *qt, const float *const *kr, int nb, int64_t D, c
 }
 
 // st is (BC, BR) scores in log2 units; m, l, alpha are (BR); rows [0, nrs) (a multiple of
-// FC_SM_NV·FC_VF_W) are updated, the others left as they are.
-static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha) {
+// FC_SM_NV·FC_VF_W) are updated, the others left as they are. cap > 0: st holds u = qk_mul·<q, k>
+// of a full tile whose only score step is the softcap, run here (simd_score.h: fc_softmax_cap).
+static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha, float cap) {
     enum { NV = FC_SM_NV, W = FC_VF_W };
+    const fc_vf vcap = fc_vf_set1(cap);
     for (int r0 = 0; r0 < nrs; r0 += NV * W) {
         fc_vf mx[NV], ms[NV], sum[NV];
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) mx[v] = fc_vf_loada(m + r0 + v * W);
-        for (int j = 0; j < nb; ++j)
+        if (cap > 0.0f) {
+            fc_vf mt[NV];
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) mx[v] = fc_vf_max(mx[v], fc_vf_loada(st + j * FC_BR + r0 + v * W));
+            for (int v = 0; v < NV; ++v) mt[v] = fc_vf_set1(-INFINITY);
+            for (int j = 0; j < nb; ++j)
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) mt[v] = fc_vf_cap_max(st + j * FC_BR + r0 + v * W, mt[v]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) mx[v] = fc_vf_max(mx[v], fc_vf_mul(mt[v], vcap));
+        } else {
+            for (int j = 0; j < nb; ++j)
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) mx[v] = fc_vf_max(mx[v], fc_vf_loada(st + j * FC_BR + r0 + v * W));
+        }
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             /* A row that has seen nothing keeps −inf; exponentiate against 0
@@ -106,7 +119,7 @@ static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *a
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
                 float *p = st + j * FC_BR + r0 + v * W;
-                const fc_vf e = fc_vf_exp2(fc_vf_sub(fc_vf_loada(p), ms[v]));
+                const fc_vf e = fc_vf_exp2(fc_vf_softmax_arg(cap, fc_vf_loada(p), vcap, ms[v]));
                 fc_vf_storea(p, e);
                 sum[v] = fc_vf_add(sum[v], e);
             }
@@ -317,11 +330,14 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
              * j0 + j. A plain full tile is left as it is. (Fusing the step
              * into the QK kernel's stores measured no faster: the tanh's
              * arithmetic, not the pass over st, is its cost.) */
-            fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
-                                    sel, lol, hil);
+            const float fcap = fc_softmax_cap(mode, kind == FC_TILE_PARTIAL, mod.cap);
+            if (fcap == 0.0f)
+                fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
+                                        sel, lol, hil);
             /* Online softmax over st[0..nb): updates m, l; st becomes
-             * P = 2^(st − m_new); alpha = 2^(m_old − m_new). */
-            FN(softmax)(st, nb, nrs, m, l, alpha);
+             * P = 2^(st − m_new); alpha = 2^(m_old − m_new). A full tile
+             * whose only step is the softcap runs the step in it (fcap). */
+            FN(softmax)(st, nb, nrs, m, l, alpha, fcap);
             /* ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo ≤ j < jhi} vr[j][d]·st[j][r]
              * (P is 0 outside), d < D rounded up to FC_PV_DBLOCK. In a
              * partial tile a row's P is 0 on keys it does not see; should

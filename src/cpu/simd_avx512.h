@@ -144,15 +144,16 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
 #include "simd_tanh_poly.h" /* fc_vf_tanh_poly, over the arithmetic above */
 
 /* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
- * NaN unless x is NaN); as simd_avx2.h (x·P(x²) on the lanes with |x| ≤ 1). */
+ * NaN unless x is NaN); as simd_avx2.h (per lane: x·P(x²) on two ranges,
+ * simd_tanh_poly.h, the exp form beyond |x| = 1). */
 FC_SI fc_vf fc_vf_tanh(fc_vf x) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), one, _CMP_LE_OQ); /* (NaN: not ≤) */
-    __m512 tp = x;
-    if (small) {
-        tp = fc_vf_tanh_poly(x);
-        if (small == 0xFFFF) return tp;
-    }
+    const __m512 one = _mm512_set1_ps(1.0f), z = _mm512_mul_ps(x, x);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(z, _mm512_set1_ps(0.25f), _CMP_LE_OQ); /* (NaN: not ≤) */
+    __m512 tp = fc_vf_tanh_poly_small(x, z);
+    if (tiny == 0xFFFF) return tp;
+    const __mmask16 small = _mm512_cmp_ps_mask(z, one, _CMP_LE_OQ);
+    if (small & ~tiny) tp = _mm512_mask_blend_ps(tiny, fc_vf_tanh_poly(x, z), tp);
+    if (small == 0xFFFF) return tp;
     fc_vf s, p;
     fc_vf_exp2_parts(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f * FC_LOG2E_F)), &s, &p);
     const __m512 w = _mm512_fnmadd_ps(s, p, _mm512_sub_ps(one, s));

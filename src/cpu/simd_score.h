@@ -50,6 +50,29 @@ FC_SI fc_vf fc_vf_score_dgradf(int mode, fc_vf t) {
     return FC_SCORE_NEEDS_TANH(mode) ? fc_vf_fnma(t, t, fc_vf_set1(1.0f)) : fc_vf_set1(1.0f);
 }
 
+/* ------------------------------------------------ the softcap in the softmax
+ * A full tile whose only score step is the softcap (mode FC_SCORE_CAP) runs
+ * the step inside the softmax (attn_fwd_body.h, attn_fwd_avx512bf16.c): the
+ * max pass turns each u into t = tanh u in place (fc_vf_cap_max) and keeps
+ * the row max of t, scaled once (cap·max t = max cap·t exactly: rounding is
+ * monotone and cap > 0); the exponent is t·cap − m in one rounding
+ * (fc_vf_softmax_arg). One pass over the tile and one multiply a score less
+ * than fc_vtile_score_rows before the softmax. */
+FC_SI float fc_softmax_cap(int mode, int partial, float cap) {
+    return mode == FC_SCORE_CAP && !partial ? cap : 0.0f;
+}
+/* *p ← tanh *p; returns max(mt, that). */
+FC_SI fc_vf fc_vf_cap_max(float *p, fc_vf mt) {
+    const fc_vf t = fc_vf_tanh(fc_vf_loada(p));
+    fc_vf_storea(p, t);
+    return fc_vf_max(mt, t);
+}
+/* The softmax's exponent of x against the row max m: x − m, or x·cap − m
+ * when the step is fused (cap > 0, vcap = cap broadcast). */
+FC_SI fc_vf fc_vf_softmax_arg(float cap, fc_vf x, fc_vf vcap, fc_vf m) {
+    return cap > 0.0f ? fc_vf_fms(x, vcap, m) : fc_vf_sub(x, m);
+}
+
 /* s where vis, −inf elsewhere (the mask step; whatever s holds, even NaN,
  * does not pass an invisible lane). */
 FC_SI fc_vf fc_vf_mask_ninf(fc_vm vis, fc_vf s) { return fc_vf_select(vis, s, fc_vf_set1(-INFINITY)); }
