@@ -304,10 +304,24 @@ __device__ __forceinline__ TileWalk tile_walk(const fc_mask &mask, int n0, int n
  * have added to the tile of rows [i0, i0 + 64) (its counter sem), then,
  * after this block's additions have completed, count it. */
 template <int BN>
-__device__ __forceinline__ void dq_order_wait(const int *sem, const TileWalk &tw, const fc_mask &mask, int i0,
-                                              int Sq, int nkb, int order) {
-    sem_wait_geq(sem, tw.rot ? key_block_ordinal_rot(i0 / 64, tw.kb, nkb, tw.ntg)
-                             : key_block_ordinal<BN>(mask, i0, min(i0 + 64, Sq) - 1, tw.kb, order == ORD_DOWN));
+__device__ __forceinline__ int dq_order_place(const TileWalk &tw, const fc_mask &mask, int i0, int Sq, int nkb,
+                                              int order) {
+    return tw.rot ? key_block_ordinal_rot(i0 / 64, tw.kb, nkb, tw.ntg)
+                  : key_block_ordinal<BN>(mask, i0, min(i0 + 64, Sq) - 1, tw.kb, order == ORD_DOWN);
+}
+/* The drain computes the place and polls the counter once before its
+ * buffer is full (the consumers still computing the tile: off the critical
+ * path — with one buffer a dQ piece, the wide kernel's consumers wait on
+ * whatever the drain does after a piece is full: 1.1× the kernel time at
+ * D = 192 causal), and only waits, if the count was not there yet, once
+ * the buffer is full (dq_order_wait). */
+__device__ __forceinline__ bool dq_order_ready(const int *sem, int place) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    return v >= place;
+}
+__device__ __forceinline__ void dq_order_wait(const int *sem, int place, bool ready) {
+    if (!ready) sem_wait_geq(sem, place);
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 __device__ __forceinline__ void dq_order_done(int *sem) {
@@ -423,9 +437,15 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < n_iter; ++it) {
                 int h, i0;
                 tile_of(it, h, i0);
-                rdq.wait_full(it);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
-                if (DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
+                int place = 0;
+                bool ready = true;
+                if (DQM == DQ_ORDERED) {
+                    place = dq_order_place<BN>(tw, mask, i0, p.Sq, nkb, order);
+                    ready = dq_order_ready(sem, place);
+                }
+                rdq.wait_full(it);
+                if (DQM == DQ_ORDERED) dq_order_wait(sem, place, ready);
                 bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
                                     K::DQ_BYTES);
                 if (DQM == DQ_ORDERED) dq_order_done(sem);
@@ -837,12 +857,18 @@ __global__ void __launch_bounds__(384, 1)
                 tw.tile(it, h, i0, BQ);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
                 float *dst = dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD;
+                int place = 0;
+                bool ready = true;
+                if (DQM == DQ_ORDERED) {
+                    place = dq_order_place<BN>(tw, mask, i0, p.Sq, nkb, order);
+                    ready = dq_order_ready(sem, place);
+                }
 #pragma unroll 1
                 for (int pc = 0; pc < 4; ++pc) {
                     const int c = pc & 1, r = pc >> 1;
                     const Ring<1> &rr = c ? rdq1 : rdq0;
                     rr.wait_full(2 * it + r);
-                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait<BN>(sem, tw, mask, i0, p.Sq, nkb, order);
+                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, place, ready);
                     bulk_reduce_add_f32_read(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES,
                                              (r ? W1 : 64) * BQ * 4);
                     rr.release(2 * it + r);
