@@ -44,7 +44,7 @@
  *     sees every key, the order they come in if a head's blocks fit the
  *     device at once (ORD_ROT), else increasing (ORD_UP). Measured price
  *     against the unordered variant (H200, 4k): 7–9 % of the kernel at
- *     HD = 128, 16–20 % at HD = 256 (benchmarks/NOTES.md).
+ *     HD = 128, 10–12 % at HD = 192/256 causal (benchmarks/NOTES.md).
  *     deterministic = 0: no counters (the order the CTAs come in).
  *   Heavy key block (Split): the sink keys' block, which every row sees
  *     under a sliding window, has its tile walk cut into chunks run by
