@@ -52,6 +52,7 @@ FC_SI fc_vf fc_vf_fms(fc_vf a, fc_vf b, fc_vf c) { return _mm256_fmsub_ps(a, b, 
 FC_SI fc_vf fc_vf_max(fc_vf a, fc_vf b) { return _mm256_max_ps(a, b); }
 FC_SI fc_vf fc_vf_min(fc_vf a, fc_vf b) { return _mm256_min_ps(a, b); }
 FC_SI fc_vf fc_vf_abs(fc_vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+FC_SI fc_vf fc_vf_xorsign(fc_vf a, fc_vf b) { return _mm256_xor_ps(a, _mm256_and_ps(_mm256_set1_ps(-0.0f), b)); } /* a, negated where b's sign bit is set */
 /* Lane k = k (0 ≤ k < FC_VF_W). */
 FC_SI fc_vf fc_vf_iota(void) { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
 
@@ -164,33 +165,7 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
     return _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, _mm256_set1_ps(1.0f)));
 }
 
-#include "simd_tanh_poly.h" /* fc_vf_tanh_poly, over the arithmetic above */
-
-/* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
- * NaN unless x is NaN). Lanes with |x| ≤ 1/2 (a softcap's s / cap, nearly
- * always): x·P(x²) with P of degree 4, 1/2 < |x| ≤ 1: of degree 7
- * (simd_tanh_poly.h); the others: with w = 1 − e^(−2|x|) ∈ [0, 1)
- * (fc_vf_exp2_parts, no cancellation near 0), tanh |x| = w / (2 − w), then
- * the sign of x. Each lane's form depends on its own value only (a masked
- * key's Inf must not change a clean lane's bits); a vector computes a wider
- * form only when some lane needs it. */
-FC_SI fc_vf fc_vf_tanh(fc_vf x) {
-    const __m256 sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), z = _mm256_mul_ps(x, x);
-    const __m256 tiny = _mm256_cmp_ps(z, _mm256_set1_ps(0.25f), _CMP_LE_OQ); /* (NaN: not ≤) */
-    __m256 tp = fc_vf_tanh_poly_small(x, z);
-    const int nt = _mm256_movemask_ps(tiny);
-    if (nt == 0xFF) return tp;
-    const __m256 small = _mm256_cmp_ps(z, one, _CMP_LE_OQ);
-    const int ns = _mm256_movemask_ps(small);
-    if (ns & ~nt) tp = _mm256_blendv_ps(fc_vf_tanh_poly(x, z), tp, tiny);
-    if (ns == 0xFF) return tp;
-    fc_vf s, p;
-    fc_vf_exp2_parts(_mm256_mul_ps(_mm256_andnot_ps(sgn, x), _mm256_set1_ps(-2.0f * FC_LOG2E_F)), &s, &p);
-    const __m256 w = _mm256_fnmadd_ps(s, p, _mm256_sub_ps(one, s));
-    const __m256 t = _mm256_div_ps(w, _mm256_sub_ps(_mm256_add_ps(one, one), w));
-    const __m256 te = _mm256_xor_ps(t, _mm256_and_ps(sgn, x));
-    return _mm256_blendv_ps(te, tp, small); /* per lane: a lane's value alone picks its form */
-}
+#include "simd_tanh.h" /* fc_vf_tanh, over the vocabulary above */
 
 /* Horizontal max / sum, a fixed order: 128-bit halves, then pairs, then singles. */
 FC_SI float fc_vf_hmax(fc_vf x) {

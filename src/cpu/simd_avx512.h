@@ -44,6 +44,10 @@ FC_SI fc_vf fc_vf_fms(fc_vf a, fc_vf b, fc_vf c) { return _mm512_fmsub_ps(a, b, 
 FC_SI fc_vf fc_vf_max(fc_vf a, fc_vf b) { return _mm512_max_ps(a, b); }
 FC_SI fc_vf fc_vf_min(fc_vf a, fc_vf b) { return _mm512_min_ps(a, b); }
 FC_SI fc_vf fc_vf_abs(fc_vf a) { return _mm512_abs_ps(a); }
+FC_SI fc_vf fc_vf_xorsign(fc_vf a, fc_vf b) { /* a, negated where b's sign bit is set */
+    return _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(a), _mm512_and_si512(_mm512_castps_si512(b), _mm512_set1_epi32((int)0x80000000u))));
+}
 FC_SI fc_vf fc_vf_iota(void) { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
 
 FC_SI fc_vi fc_vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
@@ -141,27 +145,7 @@ FC_SI fc_vf fc_vf_exp2m1(fc_vf y) {
     return _mm512_fmadd_ps(s, p, _mm512_sub_ps(s, _mm512_set1_ps(1.0f)));
 }
 
-#include "simd_tanh_poly.h" /* fc_vf_tanh_poly, over the arithmetic above */
-
-/* tanh x, relative error ~2.5e-7 everywhere, odd, ±1 for large |x| (never
- * NaN unless x is NaN); as simd_avx2.h (per lane: x·P(x²) on two ranges,
- * simd_tanh_poly.h, the exp form beyond |x| = 1). */
-FC_SI fc_vf fc_vf_tanh(fc_vf x) {
-    const __m512 one = _mm512_set1_ps(1.0f), z = _mm512_mul_ps(x, x);
-    const __mmask16 tiny = _mm512_cmp_ps_mask(z, _mm512_set1_ps(0.25f), _CMP_LE_OQ); /* (NaN: not ≤) */
-    __m512 tp = fc_vf_tanh_poly_small(x, z);
-    if (tiny == 0xFFFF) return tp;
-    const __mmask16 small = _mm512_cmp_ps_mask(z, one, _CMP_LE_OQ);
-    if (small & ~tiny) tp = _mm512_mask_blend_ps(tiny, fc_vf_tanh_poly(x, z), tp);
-    if (small == 0xFFFF) return tp;
-    fc_vf s, p;
-    fc_vf_exp2_parts(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f * FC_LOG2E_F)), &s, &p);
-    const __m512 w = _mm512_fnmadd_ps(s, p, _mm512_sub_ps(one, s));
-    const __m512 t = _mm512_div_ps(w, _mm512_sub_ps(_mm512_set1_ps(2.0f), w));
-    const __m512i sx = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
-    const __m512 te = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), sx));
-    return _mm512_mask_blend_ps(small, te, tp); /* per lane: a lane's value alone picks its form */
-}
+#include "simd_tanh.h" /* fc_vf_tanh, over the vocabulary above */
 
 /* Horizontal max / sum (a fixed order). */
 FC_SI float fc_vf_hmax(fc_vf x) { return _mm512_reduce_max_ps(x); }
