@@ -103,10 +103,8 @@ __device__ __forceinline__ void issue_abt(float (&acc)[NJ][4], uint32_t a, int a
 template <typename T, int HD, int KT, int R>
 __device__ __forceinline__ void issue_ab(float (&acc)[HD / 8][4], const uint32_t (&a)[KT][4], uint32_t bsm) {
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-        for (int db = 0; db < HD / 64; ++db)
-            WgOps<T>::rs_n64_tb(&acc[db * 8][0], a[kk], sw128_desc(bsm + db * R * 128 + kk * 16 * 128, 1024, 1024));
+    for (int kk = 0; kk < KT; ++kk) /* one m64n(HD)k16: column blocks R·128 bytes apart (the leading byte offset) */
+        WgOps<T>::template rs_tb<HD>(&acc[0][0], a[kk], sw128_desc(bsm + kk * 16 * 128, R * 128, 1024));
 }
 
 /* The MN-major (transposed) descriptor of column col (a multiple of 32) of
@@ -309,19 +307,30 @@ __device__ __forceinline__ int dq_order_place(const TileWalk &tw, const fc_mask 
     return tw.rot ? key_block_ordinal_rot(i0 / 64, tw.kb, nkb, tw.ntg)
                   : key_block_ordinal<BN>(mask, i0, min(i0 + 64, Sq) - 1, tw.kb, order == ORD_DOWN);
 }
-/* The drain computes the place and polls the counter once before its
+/* dq_order_turn: the drain computes the place and polls the counter once before its
  * buffer is full (the consumers still computing the tile: off the critical
  * path — with one buffer a dQ piece, the wide kernel's consumers wait on
  * whatever the drain does after a piece is full: 1.1× the kernel time at
  * D = 192 causal), and only waits, if the count was not there yet, once
  * the buffer is full (dq_order_wait). */
-__device__ __forceinline__ bool dq_order_ready(const int *sem, int place) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-    return v >= place;
+struct DqTurn {
+    int place;  /* the count of the tile's counter this block waits for */
+    bool ready; /* the count was there at the poll */
+};
+template <int BN, int DQM>
+__device__ __forceinline__ DqTurn dq_order_turn(const TileWalk &tw, const fc_mask &mask, int i0, int Sq, int nkb,
+                                                int order, const int *sem) {
+    DqTurn t = {0, true};
+    if (DQM == DQ_ORDERED) {
+        t.place = dq_order_place<BN>(tw, mask, i0, Sq, nkb, order);
+        int v;
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+        t.ready = v >= t.place;
+    }
+    return t;
 }
-__device__ __forceinline__ void dq_order_wait(const int *sem, int place, bool ready) {
-    if (!ready) sem_wait_geq(sem, place);
+__device__ __forceinline__ void dq_order_wait(const int *sem, const DqTurn &t) {
+    if (!t.ready) sem_wait_geq(sem, t.place);
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 __device__ __forceinline__ void dq_order_done(int *sem) {
@@ -438,14 +447,9 @@ __global__ void __launch_bounds__(384, 1)
                 int h, i0;
                 tile_of(it, h, i0);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
-                int place = 0;
-                bool ready = true;
-                if (DQM == DQ_ORDERED) {
-                    place = dq_order_place<BN>(tw, mask, i0, p.Sq, nkb, order);
-                    ready = dq_order_ready(sem, place);
-                }
+                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
                 rdq.wait_full(it);
-                if (DQM == DQ_ORDERED) dq_order_wait(sem, place, ready);
+                if (DQM == DQ_ORDERED) dq_order_wait(sem, turn);
                 bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
                                     K::DQ_BYTES);
                 if (DQM == DQ_ORDERED) dq_order_done(sem);
@@ -857,18 +861,13 @@ __global__ void __launch_bounds__(384, 1)
                 tw.tile(it, h, i0, BQ);
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
                 float *dst = dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD;
-                int place = 0;
-                bool ready = true;
-                if (DQM == DQ_ORDERED) {
-                    place = dq_order_place<BN>(tw, mask, i0, p.Sq, nkb, order);
-                    ready = dq_order_ready(sem, place);
-                }
+                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
 #pragma unroll 1
                 for (int pc = 0; pc < 4; ++pc) {
                     const int c = pc & 1, r = pc >> 1;
                     const Ring<1> &rr = c ? rdq1 : rdq0;
                     rr.wait_full(2 * it + r);
-                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, place, ready);
+                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, turn);
                     bulk_reduce_add_f32_read(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES,
                                              (r ? W1 : 64) * BQ * 4);
                     rr.release(2 * it + r);

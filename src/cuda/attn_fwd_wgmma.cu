@@ -107,18 +107,18 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
 }
 
 /* O += P·V: V rows are keys (k), columns d (n), d contiguous → transposed B;
- * issued and committed, not waited for. */
+ * one m64n(HD)k16 per k16 step, the tile's 64-column blocks BN·128 bytes
+ * apart (the descriptor's leading byte offset); issued and committed, not
+ * waited for. */
 template <typename T, class K>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uint32_t (&pa)[K::BN / 16][4],
                                          uint32_t sv) {
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < K::BN / 16; ++kk)
-#pragma unroll
-        for (int db = 0; db < K::NDB; ++db) {
-            const uint64_t dv = sw128_desc(sv + db * K::BN * 128 + kk * 16 * 128, 1024, 1024);
-            WgOps<T>::rs_n64_tb(&acc_o[db * 8][0], pa[kk], dv); /* 64 columns = 8 n8 tiles */
-        }
+    for (int kk = 0; kk < K::BN / 16; ++kk) {
+        const uint64_t dv = sw128_desc(sv + kk * 16 * 128, K::BN * 128, 1024);
+        WgOps<T>::template rs_tb<K::HD>(&acc_o[0][0], pa[kk], dv);
+    }
     wg_commit();
 }
 
