@@ -108,9 +108,10 @@ __device__ __forceinline__ void issue_ab(float (&acc)[HD / 8][4], const uint32_t
 }
 
 /* The MN-major (transposed) descriptor of column col (a multiple of 32) of
- * a [R rows][HD] tile at t (64-column blocks of R × 128 B), rows from k0. */
+ * a [R rows][HD] tile at t (64-column blocks of R × 128 B: the leading byte
+ * offset, read by operands wider than one block), rows from k0. */
 template <int R> __device__ __forceinline__ uint64_t mn_desc(uint32_t t, int col, int k0) {
-    return sw128_desc(t + (col >> 6) * R * 128 + (col & 63) * 2 + k0 * 128, 1024, 1024);
+    return sw128_desc(t + (col >> 6) * R * 128 + (col & 63) * 2 + k0 * 128, R * 128, 1024);
 }
 
 template <int NJ> __device__ __forceinline__ void zero_acc(float (&acc)[NJ][4]) {
@@ -717,9 +718,12 @@ __device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t 
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
         const uint64_t da = sw128_desc(t + kk * 32, 16, 1024);
-        WgOps<T>::ss_n64_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
-        if (K::W1 == 64) WgOps<T>::ss_n64_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
-        else WgOps<T>::ss_n32_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+        if constexpr (K::W1 == 64) { /* HD 256: the pieces are the 64-column blocks 2c, 2c + 1: one m64n128k16 */
+            WgOps<T>::ss_n128_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
+        } else {
+            WgOps<T>::ss_n64_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
+            WgOps<T>::ss_n32_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+        }
     }
 }
 

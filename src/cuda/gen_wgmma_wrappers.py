@@ -43,6 +43,7 @@ def rs(n, ty):
 out = []
 for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty))
+    out.append(ss(128, ty, tb=True))
     out.append(ss(64, ty))
     out.append(ss(64, ty, tt=True))
     out.append(ss(64, ty, tb=True))
