@@ -10,25 +10,27 @@
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], o like q, lse [B, Hq, Sq] (f32);
  *   stride(d) = 1, 16-byte aligned pointers and q/k/v strides (TMA).
  *
- * One CTA per (128 query rows, query head, batch); 3 warpgroups:
- *   WG0, producer (setmaxnreg 40): one thread issues TMA loads of the Q tile
+ * One CTA per (BM query rows, query head, batch); 1 + NC warpgroups (NC = 3
+ * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
+ * BM = 128):
+ *   WG0, producer (setmaxnreg 32 / 40): one thread issues TMA loads of the Q tile
  *     (once) and of K and V tiles of BN keys (128; 64 at HD = 256, where the
  *     O accumulator alone takes 128 registers a thread) into two 2-stage rings, in the
  *     order the consumers use them (K(t), then V(t − 1)); a stage is `full`
- *     when its bytes landed and `empty` when both consumer warpgroups have
+ *     when its bytes landed and `empty` when every consumer warpgroup has
  *     finished reading it, so a K stage is refilled while P·V still runs.
- *   WG1, WG2, consumers (setmaxnreg 232): each owns 64 query rows.
+ *   WG1 .. WG(NC), consumers (setmaxnreg 160 / 232): each owns 64 query rows.
  *     S = Q·Kᵀ by m64n128k16 wgmma with both operands in smem (128B
  *     swizzle), then the tile steps of attn_fwd_tile.cuh on the accumulator
  *     (the mma.sync kernel's: score modifiers, masks, online softmax in the
  *     exp2 domain, row finish); P rounded to the input type and used as the
- *     register A operand of O += P·V (m64n64k16 per 64 columns of D, V read
+ *     register A operand of O += P·V (one m64n(HD)k16 per k16 step, V read
  *     from smem through a transposed descriptor).
  *     Overlap (FA3's two schedules): within a warpgroup, iteration t issues
  *     S(t) and P(t − 1)·V(t − 1) together and runs tile t's softmax while
  *     the second product is in flight; between the warpgroups, named
- *     barriers make them take turns issuing (ping-pong), so one's softmax
- *     runs under the other's products. Measured on the H100 against the
+ *     barriers make them take turns issuing (ping-pong, a ring of NC), so
+ *     one's softmax runs under the others' products. Measured on the H100 against the
  *     one-product-at-a-time loop, same run: +4 to +7 % at D = 128 S ≥ 4k,
  *     +10 to +23 % at D = 64 (benchmarks/NOTES.md).
  * Masking (attn_mask.h): key tiles by loop bounds from the key segments of
@@ -62,12 +64,24 @@ namespace fcwg {
 
 using namespace fctc;
 
-template <int HD_> struct WgTraits {
+/* NC, consumer warpgroups of 64 query rows each: 3 only at HD = 64 (the
+ * softmax's work per score is that of HD = 128 against half the tensor
+ * work: it hides under two other warpgroups' products, as in FA3's 192-row
+ * tiles; above, the O accumulator leaves no registers for a third). The
+ * plan takes 3 at HD = 64 unless rows see different keys (causal, window)
+ * and Sq < 4096, where 192-row blocks waste more of the diagonal than they
+ * gain (wg_nc; measured in benchmarks/NOTES.md). */
+template <int HD_, int NC_ = 2> struct WgTraits {
     static constexpr int HD = HD_;
-    static constexpr int BM = 128;           /* query rows per CTA (2 × 64) */
+    static constexpr int NC = NC_;
+    static_assert(NC == 2 || (NC == 3 && HD == 64), "3 consumer warpgroups only at HD 64");
+    static constexpr int BM = 64 * NC;       /* query rows per CTA */
     static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile (HD 192: 128 would not fit smem) */
     static constexpr int STAGES = 2;         /* per ring: K and V each */
-    static constexpr int NT = 384;           /* producer + 2 consumer warpgroups */
+    static constexpr int NT = 128 * (1 + NC); /* producer + consumer warpgroups */
+    /* setmaxnreg budgets (65536 registers a CTA, multiples of 8) */
+    static constexpr int REG_P = NC == 3 ? 32 : 40, REG_C = NC == 3 ? 160 : 232;
+    static_assert(REG_P * 128 + REG_C * 128 * NC <= 65536, "register budget");
     static constexpr int NDB = HD / 64;      /* 64-column (128-byte) blocks of a row */
     static constexpr int Q_BYTES = BM * HD * 2;
     static constexpr int KV_BYTES = BN * HD * 2; /* one K or one V tile */
@@ -78,16 +92,16 @@ template <int HD_> struct WgTraits {
     static_assert(BN == 128 || BN == 64, "S = Q·Kᵀ uses m64n128 or m64n64");
 };
 
-/* Warpgroup scheduling (FA3's ping-pong): the two consumer warpgroups take
- * turns issuing their products, so that one's softmax runs under the
- * other's tensor-core work. Named barriers 1 and 2, 256 threads each:
- * `wait_turn` (this warpgroup's 128 threads) completes with the other's
- * `pass_turn`. */
+/* Warpgroup scheduling (FA3's ping-pong): the NC consumer warpgroups take
+ * turns issuing their products, in a ring, so that one's softmax runs under
+ * the others' tensor-core work. Named barriers 4 .. 3 + NC (3 is the
+ * producer's), 256 threads each: `wait_turn` (this warpgroup's 128 threads)
+ * completes with the previous warpgroup's `pass_turn`. */
 __device__ __forceinline__ void wait_turn(int cw) {
-    asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+    asm volatile("bar.sync %0, 256;\n" ::"r"(4 + cw) : "memory");
 }
-__device__ __forceinline__ void pass_turn(int cw) {
-    asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+template <int NC> __device__ __forceinline__ void pass_turn(int cw) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(4 + (cw + 1 == NC ? 0 : cw + 1)) : "memory");
 }
 
 /* S = Q·Kᵀ for one warpgroup: 64 × BN from smem Q rows (qrow) and a K tile
@@ -125,17 +139,17 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uin
 /* One CTA per virtual block (nM query blocks × Hq × B). MOD: the modifier
  * path (attn_fwd_tile.cuh), chosen once on the host. */
 template <typename T, class K, bool MOD, bool SCRUB>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(K::NT, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ fcc_attn p,
                           const int nM) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB;
+    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB, NC = K::NC;
     extern __shared__ unsigned char smem_raw[];
     /* Q, K full/empty, V full/empty, V land (scrubbed stages), logdone */
     __shared__ __align__(8) uint64_t bars[1 + 5 * ST + 1];
     __shared__ uint32_t vbad[4];   /* the tile being scrubbed: keys that held NaN/Inf */
-    __shared__ uint32_t rowbad[4]; /* the CTA's rows that saw such a key (bit r: row m0 + r) */
+    __shared__ uint32_t rowbad[BM / 32]; /* the CTA's rows that saw such a key (bit r: row m0 + r) */
     /* 128B-swizzled tiles need 1024-byte aligned atoms. */
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + K::OFF_K, sV = base + K::OFF_V;
@@ -164,9 +178,9 @@ __global__ void __launch_bounds__(384, 1)
         mbar_init(barQ, 1);
         for (int s = 0; s < ST; ++s) {
             mbar_init(rk.full + 8 * s, 1);
-            mbar_init(rk.empty + 8 * s, 256); /* every consumer thread arrives */
+            mbar_init(rk.empty + 8 * s, 128 * NC); /* every consumer thread arrives */
             mbar_init(rv.full + 8 * s, 1);
-            mbar_init(rv.empty + 8 * s, 256);
+            mbar_init(rv.empty + 8 * s, 128 * NC);
             mbar_init(vland + 8 * s, 1);
         }
         mbar_init(logdone, 128); /* every producer thread */
@@ -176,8 +190,9 @@ __global__ void __launch_bounds__(384, 1)
 
     if (wg == 0) {
         /* ------------------------------------------------ producer */
-        setmaxnreg_dec<40>();
-        bool saw = false; /* CTA row m0 + tid sees a key whose value held NaN/Inf */
+        setmaxnreg_dec<K::REG_P>();
+        /* bit i: CTA row m0 + tid + 128i sees a key whose value held NaN/Inf */
+        uint32_t saw = 0;
         if (kt.first < kt.b1) {
             /* Thread 0 issues every load; the whole warpgroup scrubs the V
              * stages that need it (scrub_tile) once they have landed. */
@@ -199,7 +214,8 @@ __global__ void __launch_bounds__(384, 1)
                 r.wait_empty(it);
                 issue(dst, map, r.full + 8 * (it % ST), it, tile);
             };
-            const Vis myrow = vis_of(p.mask, m0 + tid, p.Sq);
+            const Vis myrow = vis_of(p.mask, m0 + tid, p.Sq), myrow2 = vis_of(p.mask, m0 + 128 + tid, p.Sq);
+            const bool two = BM > 128 && 128 + tid < BM; /* this thread also holds row m0 + 128 + tid */
             uint32_t vpar = 0; /* bit s: parity of vland[s]'s next phase (one per scrubbed use) */
             auto load_v = [&](int it, int tile) {
                 if (!SCRUB || !scrub_tile<BN>(cfirst, clast, tile, p.Sk)) {
@@ -212,7 +228,7 @@ __global__ void __launch_bounds__(384, 1)
                     issue(sV, &tv, vland + 8 * st, it, tile);
                 }
                 saw |= scrub_stage<T, K>(sV + st * K::KV_BYTES, vland + 8 * st, (vpar >> st) & 1u, rv.full + 8 * st,
-                                         tid, vbad, myrow, tile * BN);
+                                         tid, vbad, myrow, two, myrow2, tile * BN);
                 vpar ^= 1u << st;
             };
             int it = 0, prev = -1;
@@ -224,13 +240,16 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
         if (SCRUB) {
-            const uint32_t m = __ballot_sync(0xffffffffu, saw);
-            if ((tid & 31) == 0) rowbad[tid >> 5] = m;
+#pragma unroll
+            for (int i = 0; i < (BM + 127) / 128; ++i) {
+                const uint32_t m = __ballot_sync(0xffffffffu, (saw >> i) & 1u);
+                if ((tid & 31) == 0 && 128 * i + tid < BM) rowbad[4 * i + (tid >> 5)] = m;
+            }
             mbar_arrive(logdone);
         }
     } else {
         /* ------------------------------------------------ consumers */
-        setmaxnreg_inc<232>();
+        setmaxnreg_inc<K::REG_C>();
         const int cw = wg - 1;                  /* this warpgroup's 64 rows: r0 .. r0+63 */
         const int warp = (tid >> 5) & 3, lane = tid & 31;
         const int g = lane >> 2, t4 = lane & 3;
@@ -284,14 +303,14 @@ __global__ void __launch_bounds__(384, 1)
          * O is rescaled once that product has landed. */
         if (kt.first < kt.b1) {
             mbar_wait(barQ, 0);
-            if (cw == 1) pass_turn(cw); /* warpgroup 0 issues first */
+            if (cw == NC - 1) pass_turn<NC>(cw); /* warpgroup 0 issues first */
             float alpha[2];
             /* tile 0: S only */
             int tile = kt.first, it = 0;
             rk.wait_full(0);
             wait_turn(cw);
             issue_s<T, K>(acc_s, qrow, sK);
-            pass_turn(cw);
+            pass_turn<NC>(cw);
             wg_wait<0>();
             acc_fence(acc_s);
             rk.release(0);
@@ -303,7 +322,7 @@ __global__ void __launch_bounds__(384, 1)
                 wait_turn(cw);
                 issue_s<T, K>(acc_s, qrow, sK + (it % ST) * K::KV_BYTES);
                 issue_pv<T, K>(acc_o, pa, sV + ((it - 1) % ST) * K::KV_BYTES);
-                pass_turn(cw);
+                pass_turn<NC>(cw);
                 wg_wait<1>(); /* S(it) landed; P·V in flight */
                 acc_fence(acc_s);
                 rk.release(it);
@@ -319,7 +338,7 @@ __global__ void __launch_bounds__(384, 1)
             rv.wait_full(it - 1);
             wait_turn(cw);
             issue_pv<T, K>(acc_o, pa, sV + ((it - 1) % ST) * K::KV_BYTES);
-            if (cw == 0) pass_turn(cw); /* 1's last turn; a pass from 1 here would have no taker */
+            if (cw != NC - 1) pass_turn<NC>(cw); /* a pass from the last warpgroup here would have no taker */
             wg_wait<0>();
             acc_fence(acc_o);
             rv.release(it - 1);
@@ -358,19 +377,25 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 /* ------------------------------------------------------------ host */
+/* Does some row miss some key (hi and lo are non-decreasing in the row:
+ * row 0 has the smallest hi, the last row the largest lo; sink tokens that
+ * reach lo close the gap)? */
+static bool rows_differ(const fcc_attn &p) {
+    int64_t se0, lo0, hi0, sel, lol, hil;
+    fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
+    fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
+    return !(hi0 == p.Sk && (lol == 0 || sel == lol));
+}
+/* Consumer warpgroups at HD = 64 (WgTraits). */
+static int wg_nc(const fcc_attn &p) { return rows_differ(p) && p.Sq < 4096 ? 2 : 3; }
+
 template <typename T, class K>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
                             const CUtensorMap &tv) {
     const int nM = (p.Sq + K::BM - 1) / K::BM;
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
-    /* SCRUB (see the top): only where some row misses some key (hi and lo
-     * are non-decreasing in the row: row 0 has the smallest hi, the last
-     * row the largest lo; sink tokens that reach lo close the gap). */
-    int64_t se0, lo0, hi0, sel, lol, hil;
-    fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
-    fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
-    const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
+    const bool scrub = rows_differ(p); /* SCRUB (see the top): only where some row misses some key */
     auto kern = mod ? (scrub ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, true, false>)
                     : (scrub ? attn_fwd_wgmma_kernel<T, K, false, true> : attn_fwd_wgmma_kernel<T, K, false, false>);
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
@@ -397,8 +422,8 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
         !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sk, dims, strides) ||
         !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
         return false;
-    if ((a.Sq + WgTraits<64>::BM - 1) / WgTraits<64>::BM * a.Hq * a.B > INT_MAX) return false; /* grid */
-    const int smem = a.D <= 64    ? WgTraits<64>::SMEM
+    if ((a.Sq + WgTraits<128>::BM - 1) / WgTraits<128>::BM * a.Hq * a.B > INT_MAX) return false; /* grid (smallest BM) */
+    const int smem = a.D <= 64    ? (WgTraits<64, 3>::SMEM > WgTraits<64>::SMEM ? WgTraits<64, 3>::SMEM : WgTraits<64>::SMEM)
                      : a.D <= 128 ? WgTraits<128>::SMEM
                      : a.D <= 192 ? WgTraits<192>::SMEM
                                   : WgTraits<256>::SMEM;
@@ -414,17 +439,23 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
     CUtensorMap tq, tk, tv;
     const int bn = a.D > 128 ? WgTraits<256>::BN : WgTraits<128>::BN; /* K/V box rows (HD 192 too) */
     static_assert(WgTraits<192>::BN == WgTraits<256>::BN, "one box height above HD 128");
-    if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, WgTraits<128>::BM) ||
+    const bool nc3 = a.D <= 64 && wg_nc(p) == 3;
+    const int bm = nc3 ? WgTraits<64, 3>::BM : WgTraits<128>::BM; /* Q box rows */
+    static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
+    if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, bm) ||
         !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
         !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     if (a.dtype == FLASHC_BF16) {
-        if (a.D <= 64) return launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
+        if (a.D <= 64)
+            return nc3 ? launch<__nv_bfloat16, WgTraits<64, 3>>(p, tq, tk, tv)
+                       : launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
         if (a.D <= 128) return launch<__nv_bfloat16, WgTraits<128>>(p, tq, tk, tv);
         if (a.D <= 192) return launch<__nv_bfloat16, WgTraits<192>>(p, tq, tk, tv);
         return launch<__nv_bfloat16, WgTraits<256>>(p, tq, tk, tv);
     }
-    if (a.D <= 64) return launch<__half, WgTraits<64>>(p, tq, tk, tv);
+    if (a.D <= 64)
+        return nc3 ? launch<__half, WgTraits<64, 3>>(p, tq, tk, tv) : launch<__half, WgTraits<64>>(p, tq, tk, tv);
     if (a.D <= 128) return launch<__half, WgTraits<128>>(p, tq, tk, tv);
     if (a.D <= 192) return launch<__half, WgTraits<192>>(p, tq, tk, tv);
     return launch<__half, WgTraits<256>>(p, tq, tk, tv);

@@ -669,13 +669,14 @@ template <int NJ, int NE> __device__ __forceinline__ void acc_fence(uint32_t (&r
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
 /* The producer's part of a scrubbed K or V stage (sv, landed on `land` in
- * phase `parity`): scrub it, complete its `full` barrier, and say whether
- * row `row` (this thread's) sees a key whose value held NaN/Inf (key n0 + j
- * for bit j of vbad). Not inlined: its code in the producer's loop made
- * the whole kernel slower, even where it never ran (measured −4 to −8 %). */
+ * phase `parity`): scrub it, complete its `full` barrier, and say which of
+ * this thread's rows see a key whose value held NaN/Inf (key n0 + j for
+ * bit j of vbad): bit 0 row `row`, bit 1 row `row2` (when `two`). Not
+ * inlined: its code in the producer's loop made the whole kernel slower,
+ * even where it never ran (measured −4 to −8 %). */
 template <typename T, class K>
-__device__ __noinline__ bool scrub_stage(uint32_t sv, uint32_t land, uint32_t parity, uint32_t full, int tid,
-                                         uint32_t *vbad, Vis row, int n0) {
+__device__ __noinline__ uint32_t scrub_stage(uint32_t sv, uint32_t land, uint32_t parity, uint32_t full, int tid,
+                                             uint32_t *vbad, Vis row, bool two, Vis row2, int n0) {
     mbar_wait(land, parity);
     producer_sync(); /* the previous scrub's vbad has been read */
     scrub_v<T, K>(sv, tid, vbad);
@@ -683,7 +684,8 @@ __device__ __noinline__ bool scrub_stage(uint32_t sv, uint32_t land, uint32_t pa
     producer_sync(); /* every scrub write (and vbad) done */
     if (tid == 0) mbar_arrive(full);
     const uint32_t bad[4] = {vbad[0], vbad[1], vbad[2], vbad[3]};
-    return (bad[0] | bad[1] | bad[2] | bad[3]) && sees_bad_key(row, n0, bad);
+    if (!(bad[0] | bad[1] | bad[2] | bad[3])) return 0u;
+    return (sees_bad_key(row, n0, bad) ? 1u : 0u) | (two && sees_bad_key(row2, n0, bad) ? 2u : 0u);
 }
 
 
