@@ -287,6 +287,42 @@ def test_off_values(backend, rng):
         assert o.tobytes() == base.tobytes(), extra  # D = 16: 1/sqrt(D) = 0.25
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("cap", [2.0, 30.0, 31.3, 50.0, 52.6, 53.0, 200.0])
+def test_softcap_rows_far_below_cap(backend, rng, dtype, cap):
+    """Every score of a row near -softcap (its true max far below the cap).
+    Kernels may fix a row's running max from the start (attn_score.h,
+    fc_score_max_bound_l2f, a softcap alone up to 52.7: the cap itself up to
+    31.2, 90/log2(e) - cap above), so P = 2^(x - m) is as small as 2^-90
+    here, or as large as 2^62: P, l and L must keep their precision (a kernel
+    that fixed m too high for the cap ends with l subnormal or 0: o inf or 0).
+    53 and 200 take the online max. Causal with Sq > Sk adds rows that see
+    nothing (L = -inf)."""
+    dt = np_dtype(dtype)
+    B, Sq, Sk, Hq, Hkv, D = 1, 150, 140, 4, 2, 64
+    # score(i, j) = q[i, 0]·k[j, 0]/8 in [-3, -2]·cap: tanh spread over
+    # [-0.995, -0.964], the row max about -0.964·cap; the other dims of q
+    # zero.
+    q = np.zeros((B, Sq, Hq, D))
+    q[..., 0] = 8.0
+    k = rng.standard_normal((B, Sk, Hkv, D))
+    k[..., 0] = -cap * rng.uniform(2.0, 3.0, (B, Sk, Hkv))
+    q, k = q.astype(dt), k.astype(dt)
+    v = rng.standard_normal((B, Sk, Hkv, D)).astype(dt)
+    kw = dict(softcap=cap, causal=True)  # (no sink logit: it would take all the weight)
+    o, lse = flashc.attention(q, k, v, return_lse=True, backend=backend, **kw)
+    ro, rl = attention_reference(q, k, v, **kw)
+    no, nl = attention_naive(q, k, v, dtype, **kw)
+    assert_close(o, ro, no, dtype, "o")
+    tol = tolerance(rl, nl, "float32")
+    if backend == "cuda" and dtype != "float32":
+        tol = max(tol, cap * 2.0 ** -10)  # the hardware tanh (check_forward)
+    seen = np.isfinite(rl)
+    assert np.array_equal(seen, np.isfinite(lse))
+    err = np.abs(lse[seen] - rl[seen]).max()
+    assert err <= tol, "lse: max |err| = %.3g exceeds %.3g" % (err, tol)
+
+
 def test_huge_softcap_is_nearly_off(backend, rng):
     # c·tanh(x/c) = x (1 − x²/(3c²) + …): at c = 1e4 the difference is far
     # below the fp32 tolerance.

@@ -28,6 +28,8 @@
 
 #include "fc_defs.h"
 
+#include <math.h>
+
 /* What fc_attn resolved from the params: the score part of a problem. */
 typedef struct fc_score_params {
     double scale;       /* resolved softmax scale, finite, ≠ 0 */
@@ -168,6 +170,28 @@ static inline FC_HOST_DEVICE int fc_score_mode_of(const fc_score_mod *m) {
 }
 static inline FC_HOST_DEVICE int fc_score_mode_off(const fc_score_modf *m) {
     return (m->cap != 0.0f ? FC_SCORE_CAP : 0) | (m->slope != 0.0f ? FC_SCORE_ALIBI : 0);
+}
+
+/* A running max that a log2-unit kernel (U = log2 e, cap = U·softcap) may
+ * fix for every row from the start instead of taking the online max, or
+ * −inf where it may not. A head whose only step is the softcap has every
+ * score x in [−cap, cap] (|tanh| ≤ 1; a masked one is −inf), so with a
+ * fixed m every p = 2^(x − m) lies in [2^(−cap − m), 2^(cap − m)]; the
+ * kernel names the range [2^lo, 2^hi] its P may take (FC_P_LO_*, FC_P_HI_*). m = cap
+ * (p ≤ 1, as with the online max) where −2 cap ≥ lo, else m = −cap − lo
+ * (the smallest p at 2^lo, the largest 2^(2 cap + lo)), where that stays
+ * ≤ 2^hi; else −inf. A kernel that takes it skips the row max, α and O's
+ * rescale on every tile of the row (and must: a tile that raised m would
+ * move the range); a row that sees nothing ends with ℓ = 0 (fc_row_finish's
+ * "no visible key"). */
+#define FC_P_LO_F32 (-90.0f) /* P, ℓ in fp32 or bf16 (8-bit exponent): p ≥ 2^−90 leaves the products
+                                 p·v 36 binades above the normal range, which tensor cores and AMX flush */
+#define FC_P_HI_F32 62.0f    /* … p ≤ 2^62: O's sums 65 binades below overflow (softcap ≤ 52.7) */
+#define FC_P_LO_F16 (-14.0f) /* P rounded to fp16: its normal range (softcap ≤ 10) */
+#define FC_P_HI_F16 15.0f
+static inline FC_HOST_DEVICE float fc_score_max_bound_l2f(int mode, float cap, float lo, float hi) {
+    if (mode != FC_SCORE_CAP || !(cap > 0.0f) || 2.0f * cap + lo > hi) return -INFINITY;
+    return -2.0f * cap >= lo ? cap : -cap - lo;
 }
 
 /* The modified score in unit U, variant v (a constant where the kernel is

@@ -143,13 +143,17 @@ static void FN(qk)(const int32_t *qt, const uint16_t *const *kr, int nb, int64_t
 // (ℓ sums the fp32 values, as FlashAttention does); key nb of an odd tile gets p = 0. Only the
 // first NV vectors of 16 rows (the AMX path: the row groups it computes; others FC_BR / 16).
 // cap > 0: st holds u = qk_mul·<q, k> of a full tile whose only score step is the softcap, run
-// here (simd_score.h: fc_softmax_cap); cap = 0: st holds the scores.
+// here (simd_score.h: fc_softmax_cap); cap = 0: st holds the scores. bounded: m holds the fixed
+// running max of fc_score_max_bound_l2f: no row max, α = 1, the step (if here) in the exp pass.
 static inline __attribute__((always_inline)) void FN(softmax)(float *st, int nb, float *m, float *l,
                                                               float *alpha, int32_t *pt, const int NV,
-                                                              const float cap) {
+                                                              const float cap, const int bounded) {
     __m512 mx[FC_BR / 16], ms[FC_BR / 16], sum[FC_BR / 16];
     for (int v = 0; v < NV; ++v) mx[v] = _mm512_load_ps(m + 16 * v);
-    if (cap > 0.0f) {
+    const int fused = cap > 0.0f && bounded; /* tanh in the exp pass below */
+    if (bounded) {
+        /* mx = m: fixed */
+    } else if (cap > 0.0f) {
         __m512 mt[FC_BR / 16];
         for (int v = 0; v < NV; ++v) mt[v] = _mm512_set1_ps(-INFINITY);
         for (int j = 0; j < nb; ++j)
@@ -174,9 +178,13 @@ static inline __attribute__((always_inline)) void FN(softmax)(float *st, int nb,
     for (int j = 0; j < nb; j += 2)
         for (int v = 0; v < NV; ++v) {
             const float *p = st + j * FC_BR + 16 * v;
-            const __m512 e0 = fc_vf_exp2(fc_vf_softmax_arg(cap, _mm512_load_ps(p), vcap, ms[v]));
-            const __m512 e1 = j + 1 < nb ? fc_vf_exp2(fc_vf_softmax_arg(cap, _mm512_load_ps(p + FC_BR), vcap, ms[v]))
-                                         : _mm512_setzero_ps();
+            __m512 x0 = _mm512_load_ps(p), x1 = j + 1 < nb ? _mm512_load_ps(p + FC_BR) : _mm512_setzero_ps();
+            if (fused) {
+                x0 = fc_vf_tanh(x0);
+                x1 = fc_vf_tanh(x1);
+            }
+            const __m512 e0 = fc_vf_exp2(fc_vf_softmax_arg(cap, x0, vcap, ms[v]));
+            const __m512 e1 = j + 1 < nb ? fc_vf_exp2(fc_vf_softmax_arg(cap, x1, vcap, ms[v])) : _mm512_setzero_ps();
             sum[v] = _mm512_add_ps(_mm512_add_ps(sum[v], e0), e1);
             const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
             _mm512_store_si512(pt + (j / 2) * FC_BR + 16 * v, _mm512_permutexvar_epi16(ilv, h));
@@ -440,8 +448,11 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
         for (int64_t e = 0; e < dp / 2; e += FC_VF_W)
             fc_vf_transpose(tmp + e, dp, (float *)qt + e * FC_BR + rg, FC_BR);
     }
+    /* The running max starts at the scores' bound where there is one
+     * (fc_score_max_bound_l2f: a softcap alone), else at −inf. */
+    const float mbound = fc_score_max_bound_l2f(mode, mod.cap, FC_P_LO_F32, FC_P_HI_F32); /* P in fp32 / bf16 */
     for (int r = 0; r < FC_BR; ++r) {
-        m[r] = -INFINITY;
+        m[r] = mbound;
         l[r] = 0.0f;
     }
     for (int64_t x = 0; x < dp * FC_BR; ++x) ot[x] = 0.0f;
@@ -514,10 +525,10 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                 fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
                                         sel, lol, hil);
             switch (amx ? nrg : FC_BR / FC_RG) { /* constant row counts: the softmax's vectors stay in registers */
-            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16, fcap); break;
-            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16, fcap); break;
-            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16, fcap); break;
-            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16, fcap); break;
+            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16, fcap, mbound > -INFINITY); break;
+            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16, fcap, mbound > -INFINITY); break;
+            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16, fcap, mbound > -INFINITY); break;
+            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16, fcap, mbound > -INFINITY); break;
             }
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */

@@ -87,9 +87,36 @@ static void FN(qk)(const float *qt, const float *const *kr, int nb, int64_t D, c
 // st is (BC, BR) scores in log2 units; m, l, alpha are (BR); rows [0, nrs) (a multiple of
 // FC_SM_NV·FC_VF_W) are updated, the others left as they are. cap > 0: st holds u = qk_mul·<q, k>
 // of a full tile whose only score step is the softcap, run here (simd_score.h: fc_softmax_cap).
-static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha, float cap) {
+// bounded: m holds the fixed running max of fc_score_max_bound_l2f: no row max, α = 1, and the
+// step (if here), the exponential and the sum are one pass.
+static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha, float cap, int bounded) {
     enum { NV = FC_SM_NV, W = FC_VF_W };
     const fc_vf vcap = fc_vf_set1(cap);
+    if (bounded) {
+        for (int r0 = 0; r0 < nrs; r0 += NV * W) {
+            fc_vf ms[NV], sum[NV];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                ms[v] = fc_vf_loada(m + r0 + v * W);
+                sum[v] = fc_vf_zero();
+            }
+            for (int j = 0; j < nb; ++j)
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) {
+                    float *p = st + j * FC_BR + r0 + v * W;
+                    const fc_vf x = fc_vf_loada(p);
+                    const fc_vf e = fc_vf_exp2(fc_vf_softmax_arg(cap, cap > 0.0f ? fc_vf_tanh(x) : x, vcap, ms[v]));
+                    fc_vf_storea(p, e);
+                    sum[v] = fc_vf_add(sum[v], e);
+                }
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                fc_vf_storea(alpha + r0 + v * W, fc_vf_set1(1.0f));
+                fc_vf_storea(l + r0 + v * W, fc_vf_add(fc_vf_loada(l + r0 + v * W), sum[v]));
+            }
+        }
+        return;
+    }
     for (int r0 = 0; r0 < nrs; r0 += NV * W) {
         fc_vf mx[NV], ms[NV], sum[NV];
 #pragma GCC unroll 8
@@ -272,8 +299,11 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
         /* qt[d][rg + k] = tmp[k][d] */
         for (int64_t d = 0; d < dp; d += FC_VF_W) fc_vf_transpose(tmp + d, dp, qt + d * FC_BR + rg, FC_BR);
     }
+    /* The running max starts at the scores' bound where there is one
+     * (fc_score_max_bound_l2f: a softcap alone), else at −inf. */
+    const float mbound = fc_score_max_bound_l2f(mode, mod.cap, FC_P_LO_F32, FC_P_HI_F32); /* P in fp32 / bf16 */
     for (int r = 0; r < FC_BR; ++r) {
-        m[r] = -INFINITY;
+        m[r] = mbound;
         l[r] = 0.0f;
     }
     for (int64_t x = 0; x < dp * FC_BR; ++x) ot[x] = 0.0f;
@@ -337,7 +367,7 @@ static void FN(block)(const fc_attn *a, int64_t b, int64_t hk, int64_t r0, int64
             /* Online softmax over st[0..nb): updates m, l; st becomes
              * P = 2^(st − m_new); alpha = 2^(m_old − m_new). A full tile
              * whose only step is the softcap runs the step in it (fcap). */
-            FN(softmax)(st, nb, nrs, m, l, alpha, fcap);
+            FN(softmax)(st, nb, nrs, m, l, alpha, fcap, mbound > -INFINITY);
             /* ot[d][r] = alpha[r]·ot[d][r] + Σ_{jlo ≤ j < jhi} vr[j][d]·st[j][r]
              * (P is 0 outside), d < D rounded up to FC_PV_DBLOCK. In a
              * partial tile a row's P is 0 on keys it does not see; should
