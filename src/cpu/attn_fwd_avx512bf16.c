@@ -451,6 +451,7 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
     /* The running max starts at the scores' bound where there is one
      * (fc_score_max_bound_l2f: a softcap alone), else at −inf. */
     const float mbound = fc_score_max_bound_l2f(mode, mod.cap, FC_P_LO_F32, FC_P_HI_F32); /* P in fp32 / bf16 */
+    const int bounded = mbound > -INFINITY;
     for (int r = 0; r < FC_BR; ++r) {
         m[r] = mbound;
         l[r] = 0.0f;
@@ -525,10 +526,10 @@ static inline void FN(block_impl)(const fc_attn *a, int64_t b, int64_t hk, int64
                 fc_vtile_score_rows_any(mode, kind == FC_TILE_PARTIAL, st, FC_BR, nb, nrv, j0, mod.cap, slope, ioff,
                                         sel, lol, hil);
             switch (amx ? nrg : FC_BR / FC_RG) { /* constant row counts: the softmax's vectors stay in registers */
-            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16, fcap, mbound > -INFINITY); break;
-            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16, fcap, mbound > -INFINITY); break;
-            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16, fcap, mbound > -INFINITY); break;
-            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16, fcap, mbound > -INFINITY); break;
+            case 1: FN(softmax)(st, nb, m, l, alpha, pt, FC_RG / 16, fcap, bounded); break;
+            case 2: FN(softmax)(st, nb, m, l, alpha, pt, 2 * FC_RG / 16, fcap, bounded); break;
+            case 3: FN(softmax)(st, nb, m, l, alpha, pt, 3 * FC_RG / 16, fcap, bounded); break;
+            default: FN(softmax)(st, nb, m, l, alpha, pt, FC_BR / 16, fcap, bounded); break;
             }
             /* A row's P is 0 on the keys of a partial tile it does not see;
              * should V hold an inf or NaN there, 0·inf must not reach it. */

@@ -87,41 +87,19 @@ static void FN(qk)(const float *qt, const float *const *kr, int nb, int64_t D, c
 // st is (BC, BR) scores in log2 units; m, l, alpha are (BR); rows [0, nrs) (a multiple of
 // FC_SM_NV·FC_VF_W) are updated, the others left as they are. cap > 0: st holds u = qk_mul·<q, k>
 // of a full tile whose only score step is the softcap, run here (simd_score.h: fc_softmax_cap).
-// bounded: m holds the fixed running max of fc_score_max_bound_l2f: no row max, α = 1, and the
-// step (if here), the exponential and the sum are one pass.
+// bounded: m holds the fixed running max of fc_score_max_bound_l2f: no row max (α = 2^0 = 1),
+// and the step, if here, runs in the exponential's pass.
 static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *alpha, float cap, int bounded) {
     enum { NV = FC_SM_NV, W = FC_VF_W };
     const fc_vf vcap = fc_vf_set1(cap);
-    if (bounded) {
-        for (int r0 = 0; r0 < nrs; r0 += NV * W) {
-            fc_vf ms[NV], sum[NV];
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) {
-                ms[v] = fc_vf_loada(m + r0 + v * W);
-                sum[v] = fc_vf_zero();
-            }
-            for (int j = 0; j < nb; ++j)
-#pragma GCC unroll 8
-                for (int v = 0; v < NV; ++v) {
-                    float *p = st + j * FC_BR + r0 + v * W;
-                    const fc_vf x = fc_vf_loada(p);
-                    const fc_vf e = fc_vf_exp2(fc_vf_softmax_arg(cap, cap > 0.0f ? fc_vf_tanh(x) : x, vcap, ms[v]));
-                    fc_vf_storea(p, e);
-                    sum[v] = fc_vf_add(sum[v], e);
-                }
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) {
-                fc_vf_storea(alpha + r0 + v * W, fc_vf_set1(1.0f));
-                fc_vf_storea(l + r0 + v * W, fc_vf_add(fc_vf_loada(l + r0 + v * W), sum[v]));
-            }
-        }
-        return;
-    }
+    const int fused = cap > 0.0f && bounded; /* tanh in the exp pass below */
     for (int r0 = 0; r0 < nrs; r0 += NV * W) {
         fc_vf mx[NV], ms[NV], sum[NV];
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) mx[v] = fc_vf_loada(m + r0 + v * W);
-        if (cap > 0.0f) {
+        if (bounded) {
+            /* mx = m: fixed */
+        } else if (cap > 0.0f) {
             fc_vf mt[NV];
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) mt[v] = fc_vf_set1(-INFINITY);
@@ -146,7 +124,8 @@ static void FN(softmax)(float *st, int nb, int nrs, float *m, float *l, float *a
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
                 float *p = st + j * FC_BR + r0 + v * W;
-                const fc_vf e = fc_vf_exp2(fc_vf_softmax_arg(cap, fc_vf_loada(p), vcap, ms[v]));
+                const fc_vf x = fc_vf_loada(p);
+                const fc_vf e = fc_vf_exp2(fc_vf_softmax_arg(cap, fused ? fc_vf_tanh(x) : x, vcap, ms[v]));
                 fc_vf_storea(p, e);
                 sum[v] = fc_vf_add(sum[v], e);
             }
