@@ -194,6 +194,25 @@ __device__ __forceinline__ void tile_softmax(float (&s)[NJ][4], float (&m)[2], f
     l[1] = l[1] * alpha[1] + rsum[1];
 }
 
+/* tile_softmax for rows whose running max is fixed (attn_score.h,
+ * fc_score_max_bound_l2f; mu = m·mul in log2 units): p = 2^(s·mul − mu) in
+ * place, ℓ += Σ p (this thread's columns); no row max, α = 1. A masked
+ * score (−inf) gives p = 0. */
+template <int NJ>
+__device__ __forceinline__ void tile_softmax_fixed(float (&s)[NJ][4], float (&l)[2], float mul, float mu) {
+    float rsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pe = exp2_approx(fmaf(s[j][e], mul, -mu));
+            s[j][e] = pe;
+            rsum[e >> 1] += pe;
+        }
+    l[0] += rsum[0];
+    l[1] += rsum[1];
+}
+
 /* O ← O·α for an output fragment of ND n8 tiles (same row layout as s). */
 template <int ND> __device__ __forceinline__ void tile_rescale(float (&o)[ND][4], const float (&alpha)[2]) {
 #pragma unroll

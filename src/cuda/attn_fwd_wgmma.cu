@@ -59,6 +59,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <type_traits>
 
 namespace fcwg {
 
@@ -104,6 +105,13 @@ template <int NC> __device__ __forceinline__ void pass_turn(int cw) {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(4 + (cw + 1 == NC ? 0 : cw + 1)) : "memory");
 }
 
+/* The fixed running max (log2 units) of a softcap-only problem whose P is
+ * rounded to T (attn_score.h, fc_score_max_bound_l2f), or −inf. cap = log2 e·softcap. */
+template <typename T> __host__ __device__ __forceinline__ float wg_fixed_max(float cap) {
+    return std::is_same<T, __half>::value ? fc_score_max_bound_l2f(FC_SCORE_CAP, cap, FC_P_LO_F16, FC_P_HI_F16)
+                                          : fc_score_max_bound_l2f(FC_SCORE_CAP, cap, FC_P_LO_F32, FC_P_HI_F32);
+}
+
 /* S = Q·Kᵀ for one warpgroup: 64 × BN from smem Q rows (qrow) and a K tile
  * (sk); issued and committed, not waited for. */
 template <typename T, class K>
@@ -137,8 +145,9 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uin
 }
 
 /* One CTA per virtual block (nM query blocks × Hq × B). MOD: the modifier
- * path (attn_fwd_tile.cuh), chosen once on the host. */
-template <typename T, class K, bool MOD, bool SCRUB>
+ * path (attn_fwd_tile.cuh), chosen once on the host; FIXM (with MOD): a
+ * softcap alone, rows run with a fixed running max (wg_fixed_max). */
+template <typename T, class K, bool MOD, bool SCRUB, bool FIXM = false>
 __global__ void __launch_bounds__(K::NT, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ fcc_attn p,
@@ -269,13 +278,20 @@ __global__ void __launch_bounds__(K::NT, 1)
             fold = fc_score_fold(&mod);
             score_factors(mod, &mul, &mul_ln);
         }
+        /* FIXM: the fixed running max in log2 units (mu_fix) and in the
+         * fragment's units (m_i, for row_finish); P in T's range. */
+        float mu_fix = 0.f;
+        if constexpr (FIXM) {
+            static_assert(MOD, "a fixed max is the softcap's");
+            mu_fix = wg_fixed_max<T>(mod.cap);
+        }
 
         float acc_o[HD / 8][4]; /* wgmma accumulator layout = the m16n8 C layout per warp */
 #pragma unroll
         for (int j = 0; j < HD / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_o[j][e] = 0.f;
-        float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+        float m_i[2] = {FIXM ? mu_fix / mul : -INFINITY, FIXM ? mu_fix / mul : -INFINITY}, l_i[2] = {0.f, 0.f};
         float acc_s[BN / 8][4]; /* written by the first k16 step of each S (scale-d = 0) */
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
@@ -294,7 +310,12 @@ __global__ void __launch_bounds__(K::NT, 1)
             }
             /* Per-element masks only where some row of the warpgroup sees part of the tile. */
             if (!tile_full<BN>(wfirst, wlast, n0, p.Sk)) tile_mask(acc_s, rvis, n0 + 2 * t4);
-            tile_softmax(acc_s, m_i, l_i, alpha, mul);
+            if constexpr (FIXM) {
+                tile_softmax_fixed(acc_s, l_i, mul, mu_fix);
+                alpha[0] = alpha[1] = 1.f;
+            } else {
+                tile_softmax(acc_s, m_i, l_i, alpha, mul);
+            }
         };
 
         /* Software pipeline over the key tiles (FA3's intra-warpgroup
@@ -331,7 +352,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                 acc_fence(acc_o);
                 acc_fence(pa); /* pa's registers stay P(it − 1) until the product has read them */
                 rv.release(it - 1);
-                tile_rescale(acc_o, alpha);
+                if constexpr (!FIXM) tile_rescale(acc_o, alpha);
                 tile_pack_p<T>(acc_s, pa);
             }
             /* the last tile's P·V */
@@ -398,6 +419,10 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
     const bool scrub = rows_differ(p); /* SCRUB (see the top): only where some row misses some key */
     auto kern = mod ? (scrub ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, true, false>)
                     : (scrub ? attn_fwd_wgmma_kernel<T, K, false, true> : attn_fwd_wgmma_kernel<T, K, false, false>);
+    /* A softcap alone whose logits fit P's range: rows with a fixed max. */
+    if (fc_score_mode(&p.score) == FC_SCORE_CAP &&
+        wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY)
+        kern = scrub ? attn_fwd_wgmma_kernel<T, K, true, true, true> : attn_fwd_wgmma_kernel<T, K, true, false, true>;
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
     kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, p, nM);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");
