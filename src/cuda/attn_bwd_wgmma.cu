@@ -87,11 +87,12 @@ template <typename T, int HD, int NJ>
 __device__ __forceinline__ void issue_abt(float (&acc)[NJ][4], uint32_t a, int astride, uint32_t bsm, int bstride) {
     static_assert(NJ == 8, "m64n64");
     wg_fence();
+    const uint64_t da0 = sw128_desc(a, 16, 1024), db0 = sw128_desc(bsm, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
-        const uint64_t da = sw128_desc(a + (kk >> 2) * astride + koff, 16, 1024);
-        const uint64_t db = sw128_desc(bsm + (kk >> 2) * bstride + koff, 16, 1024);
+        const uint64_t da = desc_add(da0, (kk >> 2) * astride + koff);
+        const uint64_t db = desc_add(db0, (kk >> 2) * bstride + koff);
         WgOps<T>::ss_n64(&acc[0][0], da, db, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
     }
     wg_commit();
@@ -102,9 +103,10 @@ __device__ __forceinline__ void issue_abt(float (&acc)[NJ][4], uint32_t a, int a
  * not committed. */
 template <typename T, int HD, int KT, int R>
 __device__ __forceinline__ void issue_ab(float (&acc)[HD / 8][4], const uint32_t (&a)[KT][4], uint32_t bsm) {
+    const uint64_t b0 = sw128_desc(bsm, R * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) /* one m64n(HD)k16: column blocks R·128 bytes apart (the leading byte offset) */
-        WgOps<T>::template rs_tb<HD>(&acc[0][0], a[kk], sw128_desc(bsm + kk * 16 * 128, R * 128, 1024));
+        WgOps<T>::template rs_tb<HD>(&acc[0][0], a[kk], desc_add(b0, kk * 16 * 128));
 }
 
 /* The MN-major (transposed) descriptor of column col (a multiple of 32) of
@@ -552,10 +554,11 @@ __global__ void __launch_bounds__(384, 1)
                 float acc_dq[HD / 16][4];
                 wg_fence();
                 {
+                    const uint64_t da0 = sw128_desc(ds, 1024, 1024), db0 = mn_desc<BN>(sK, cw * (HD / 2), 0);
 #pragma unroll
                     for (int kk = 0; kk < BN / 16; ++kk) {
-                        const uint64_t da = sw128_desc(ds + kk * 16 * 128, 1024, 1024);
-                        const uint64_t db = mn_desc<BN>(sK, cw * (HD / 2), 16 * kk);
+                        const uint64_t da = desc_add(da0, kk * 16 * 128);
+                        const uint64_t db = desc_add(db0, kk * 16 * 128);
                         if constexpr (HD == 128) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
                         else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
                     }

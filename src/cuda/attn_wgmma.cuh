@@ -107,6 +107,12 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
     return d;
 }
 
+/* The descriptor of the operand `bytes` (a multiple of 16) past the one d
+ * describes: the start address field (bits 0..13, address >> 4) plus
+ * bytes >> 4. Shared-memory addresses stay below 2^18, so the field does not
+ * carry out: one add on a descriptor built once, not a rebuild per k16 step. */
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
 /* Per-dtype wgmma shapes (fp32 accumulators):
  *   ss_n128:   D[64×128] (+)= A[64×16] (smem, K-major) · B[16×128] (smem, K-major);
  *              scale_d = 0 overwrites D.
