@@ -1267,3 +1267,19 @@ def test_smem_limit_picks_tensor_cores(rng, monkeypatch, limit, D):
     assert any("attn_fwd_tc_kernel" in n for n in names), sorted(names)
     assert not any("fcc_bwd_dkdv_kernel" in n or "fcc_attn_fwd_kernel" in n for n in names), sorted(names)
 
+
+
+def test_non_native_byte_order_staged_and_device(rng):
+    # Big-endian host arrays are read by value on the device path too: staged
+    # (backend="cuda") and through flashc.cuda.to_device (device arrays are
+    # native-endian); a big-endian out= is an error.
+    q, k, v = (rand(rng, (2, 5, 4, 16), "float32") for _ in range(3))
+    want = flashc.attention(q, k, v, causal=True, backend="cuda")
+    got = flashc.attention(q.astype(">f4"), k, v.astype(">f4"), causal=True, backend="cuda")
+    np.testing.assert_array_equal(got, want)
+    d = fcuda.to_device(q.astype(">f4"))
+    assert d.dtype.isnative
+    got = flashc.attention(d, fcuda.to_device(k), fcuda.to_device(v), causal=True)
+    np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(flashc.FlashcError, match="byte order"):
+        flashc.attention(q, k, v, backend="cuda", out=np.empty(q.shape, dtype=">f4"))

@@ -128,3 +128,22 @@ def test_params_builder_bad_window():
     # FlashcError (a ValueError), not TypeError (issue 10).
     with pytest.raises(flashc.FlashcError, match="window"):
         _core.attn_params(_lib.FLASHC_BACKEND_AUTO, window=3)
+
+
+def test_non_native_byte_order():
+    """A big-endian NumPy input is read by value (converted, as NumPy would
+    compute with it), never reinterpreted as native bytes; a big-endian output
+    or in-place cache is an error. Index arrays (cu_seqlens) likewise."""
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((2, 5, 4, 16)).astype(np.float32) for _ in range(3))
+    want = flashc.attention(q, k, v, causal=True)
+    got = flashc.attention(q.astype(">f4"), k.astype(">f4"), v, causal=True)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(flashc.FlashcError, match="byte order"):
+        flashc.attention(q, k, v, out=np.empty(q.shape, dtype=">f4"))
+    # varlen with big-endian cu_seqlens: the same result as native int32
+    qv, kv, vv = q.reshape(10, 4, 16), k.reshape(10, 4, 16), v.reshape(10, 4, 16)
+    cu = np.array([0, 3, 10], dtype=np.int32)
+    want = flashc.attention_varlen(qv, kv, vv, cu, cu)
+    got = flashc.attention_varlen(qv, kv, vv, cu.astype(">i4"), cu.astype(">i4"))
+    np.testing.assert_array_equal(got, want)

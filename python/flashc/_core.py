@@ -178,8 +178,8 @@ class _View:
 
     def __init__(self, ptr, shape, strides, code, device, obj):
         self.ptr = ptr              # address of element (0, ..., 0)
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)  # in elements
+        self.shape = tuple(map(int, shape))
+        self.strides = tuple(map(int, strides))  # in elements
         if 0 in self.shape:
             # Nothing is read or written; NumPy gives empty arrays all-zero
             # strides, which would read as aliasing on an output.
@@ -223,6 +223,8 @@ def _is_torch(obj):
 
 
 def _is_device_obj(obj):
+    if type(obj) is np.ndarray:  # the common case first: no attribute probing
+        return False
     if isinstance(obj, cuda.DeviceArray):
         return True
     if _is_torch(obj):
@@ -247,6 +249,8 @@ def _view_of(obj, name, writable=False, index=False):
     strides are not a multiple of its itemsize, which is copied). index: an
     index array (int32 only) instead of a data array (flashc's float types)."""
     code_of = index_code if index else dtype_code
+    if type(obj) is np.ndarray:  # the common host case: straight to the NumPy path below
+        return _ndarray_view(obj, name, writable, code_of)
     if isinstance(obj, cuda.DeviceArray):
         code = code_of(obj.dtype, name)
         es = _elem_strides(obj.strides, obj.itemsize)
@@ -295,7 +299,24 @@ def _view_of(obj, name, writable=False, index=False):
     if _is_dlpack_only(obj):
         return _view_of(_dlpack.import_array(obj, name, writable=writable), name, writable)
 
-    arr = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
+    return _ndarray_view(obj if isinstance(obj, np.ndarray) else np.asarray(obj), name, writable, code_of)
+
+
+def _native(arr, name, writable):
+    """arr in native byte order, which is what the library reads: an input
+    in the other order is converted (a copy, by value), an array the call
+    writes is an error."""
+    if arr.dtype.isnative:
+        return arr
+    if writable:
+        _fail(_lib.FLASHC_ERR_DTYPE, "%s has non-native byte order (dtype %s); arrays flashc "
+              "writes must be native-endian" % (name, arr.dtype.str))
+    return arr.astype(arr.dtype.newbyteorder("="))
+
+
+def _ndarray_view(arr, name, writable, code_of):
+    """_view_of for a NumPy array (in native byte order: _native)."""
+    arr = _native(arr, name, writable)
     code = code_of(arr.dtype, name)
     if writable and not arr.flags.writeable:
         _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is a read-only array" % name)
@@ -378,7 +399,7 @@ class _Call:
     def input(self, obj, name):
         obj = self._conv(obj)
         if self.staged:
-            arr = np.asarray(obj)
+            arr = _native(np.asarray(obj), name, False)
             dtype_code(arr.dtype, name)
             obj = cuda.to_device(arr)
         return _view_of(obj, name)
@@ -392,7 +413,7 @@ class _Call:
             view = _view_of(obj, name, writable=True)
             self._outs.append(view)
             return view
-        arr = np.asarray(obj)  # a torch CPU tensor: a view of its memory
+        arr = _native(np.asarray(obj), name, True)  # a torch CPU tensor: a view of its memory
         dtype_code(arr.dtype, name)
         if not arr.flags.writeable:
             _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s is a read-only array (it is updated "
@@ -475,6 +496,7 @@ class _Call:
             if out is not None:
                 if not isinstance(out, np.ndarray):
                     _fail(_lib.FLASHC_ERR_DEVICE_MISMATCH, "%s must be a NumPy array" % name)
+                _native(out, name, True)
                 if out.shape != tuple(shape):
                     _fail(_lib.FLASHC_ERR_SHAPE, "%s.shape=%s, expected %s"
                           % (name, out.shape, tuple(shape)))

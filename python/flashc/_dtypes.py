@@ -36,8 +36,14 @@ def np_dtype(code):
     return np.dtype(CODE_NAMES[code])
 
 
+_CODE_OF_DTYPE = {}  # np.dtype -> flashc_dtype, filled by dtype_code (supported dtypes only)
+
+
 def dtype_code(dtype, name="array"):
     """flashc_dtype of a NumPy dtype (or dtype name); FlashcError otherwise."""
+    code = _CODE_OF_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if code is not None:
+        return code
     try:
         key = np.dtype(dtype).name
     except TypeError:
@@ -46,6 +52,8 @@ def dtype_code(dtype, name="array"):
     if code is None:
         fail(_lib.FLASHC_ERR_DTYPE, "%s has dtype %s; flashc supports float32, float16, "
              "bfloat16 and float64" % (name, key))
+    if isinstance(dtype, np.dtype):
+        _CODE_OF_DTYPE[dtype] = code
     return code
 
 

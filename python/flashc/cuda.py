@@ -142,9 +142,12 @@ def _contiguous_strides(shape, itemsize):
 
 
 def _np_dtype(dtype):
+    """The dtype of a DeviceArray: native byte order always (what the library
+    reads; host copies in and out convert by value)."""
     if isinstance(dtype, str) and dtype == "bfloat16":
         return _bfloat16()
-    return np.dtype(dtype)
+    d = np.dtype(dtype)
+    return d if d.isnative else d.newbyteorder("=")
 
 
 class DeviceArray:
