@@ -399,9 +399,9 @@ class _Call:
     def input(self, obj, name):
         obj = self._conv(obj)
         if self.staged:
-            arr = _native(np.asarray(obj), name, False)
+            arr = np.asarray(obj)
             dtype_code(arr.dtype, name)
-            obj = cuda.to_device(arr)
+            obj = cuda.to_device(arr)  # by value: device arrays are native-endian
         return _view_of(obj, name)
 
     def inout(self, obj, name):
