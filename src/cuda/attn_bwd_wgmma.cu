@@ -704,11 +704,12 @@ __host__ __device__ __forceinline__ int dq_piece_off(int HD, int r, int col) {
 template <typename T, int HD>
 __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, int astride, uint32_t bsm, int bstride) {
     wg_fence();
+    const uint64_t da0 = sw128_desc(a, 16, 1024), db0 = sw128_desc(bsm, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32;
-        WgOps<T>::ss_n32(&acc[0][0], sw128_desc(a + (kk >> 2) * astride + koff, 16, 1024),
-                         sw128_desc(bsm + (kk >> 2) * bstride + koff, 16, 1024), kk > 0 ? 1 : 0);
+        WgOps<T>::ss_n32(&acc[0][0], desc_add(da0, (kk >> 2) * astride + koff),
+                         desc_add(db0, (kk >> 2) * bstride + koff), kk > 0 ? 1 : 0);
     }
     wg_commit();
 }
@@ -718,14 +719,16 @@ __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, in
  * at bsm (MN-major, read transposed). Issued, not committed. */
 template <typename T, class K>
 __device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t t, uint32_t bsm, int c) {
+    const uint64_t da0 = sw128_desc(t, 16, 1024);
+    const uint64_t db0 = mn_desc<64>(bsm, K::piece_col(c, 0), 0), db1 = mn_desc<64>(bsm, K::piece_col(c, 1), 0);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t da = sw128_desc(t + kk * 32, 16, 1024);
+        const uint64_t da = desc_add(da0, kk * 32);
         if constexpr (K::W1 == 64) { /* HD 256: the pieces are the 64-column blocks 2c, 2c + 1: one m64n128k16 */
-            WgOps<T>::ss_n128_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
+            WgOps<T>::ss_n128_tb(&acc[0][0], da, desc_add(db0, 16 * kk * 128), 1);
         } else {
-            WgOps<T>::ss_n64_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
-            WgOps<T>::ss_n32_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+            WgOps<T>::ss_n64_tb(&acc[0][0], da, desc_add(db0, 16 * kk * 128), 1);
+            WgOps<T>::ss_n32_tb(&acc[8][0], da, desc_add(db1, 16 * kk * 128), 1);
         }
     }
 }
@@ -931,10 +934,11 @@ __global__ void __launch_bounds__(384, 1)
         /* dQ piece r = dS·K[:, piece r] (both operands transposed). */
         auto issue_dq = [&](auto &acc_dq, uint32_t sdS, int r) {
             wg_fence();
+            const uint64_t da0 = sw128_desc(sdS, 1024, 1024), db0 = mn_desc<BN>(sK, K::piece_col(cw, r), 0);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const uint64_t da = sw128_desc(sdS + kk * 16 * 128, 1024, 1024);
-                const uint64_t db = mn_desc<BN>(sK, K::piece_col(cw, r), 16 * kk);
+                const uint64_t da = desc_add(da0, kk * 16 * 128);
+                const uint64_t db = desc_add(db0, kk * 16 * 128);
                 if constexpr (sizeof(acc_dq) == 8 * 4 * sizeof(float)) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
                 else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
             }
