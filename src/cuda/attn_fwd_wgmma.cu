@@ -121,8 +121,11 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
 #pragma unroll
     for (int kk = 0; kk < K::HD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
-        const uint64_t da = desc_add(da0, (kk >> 2) * K::BM * 128 + koff);
-        const uint64_t dk = desc_add(dk0, (kk >> 2) * K::BN * 128 + koff);
+        /* HD 256: rebuilt per step (two more live registers spill there) */
+        const uint64_t da = K::HD == 256 ? sw128_desc(qrow + (kk >> 2) * K::BM * 128 + koff, 16, 1024)
+                                         : desc_add(da0, (kk >> 2) * K::BM * 128 + koff);
+        const uint64_t dk = K::HD == 256 ? sw128_desc(sk + (kk >> 2) * K::BN * 128 + koff, 16, 1024)
+                                         : desc_add(dk0, (kk >> 2) * K::BN * 128 + koff);
         if constexpr (K::BN == 128) WgOps<T>::ss_n128(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
         else WgOps<T>::ss_n64(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0);
     }
