@@ -525,8 +525,8 @@ __global__ void __launch_bounds__(384, 1)
             }
             wg_wait<0>(); /* dPᵀ landed */
             acc_fence(acc_dp);
-            if (full) dkdv_ds(acc_dp, acc_s, Dt, t4, true, vis);
-            else dkdv_ds(acc_dp, acc_s, Dt, t4, false, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt, t4, true, vis); /* plain only: MOD at HD 128 serialised its wgmmas */
+            else dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
             if (!MOD) tile_pack_p<T>(acc_s, pa);
             tile_pack_p<T>(acc_dp, da);
             {
@@ -978,8 +978,8 @@ __global__ void __launch_bounds__(384, 1)
             wg_commit();
             wg_wait<1>(); /* dPᵀ landed; dV in flight */
             acc_fence(acc_dp);
-            if (full) dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, true, vis);
-            else dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, false, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, true, vis);
+            else dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
             st_tile_half<T>(sdSt, kr, cw, t4, acc_dp);
             fence_proxy_async_smem();
             wg_wait<0>();
