@@ -518,12 +518,15 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pa[kk][e] = pa1[0][e];
                 }
+            } else if (full) { /* one branch a tile: the full copy has no per-element tests */
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, true, vis);
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, full, vis);
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, false, vis);
             }
             wg_wait<0>(); /* dPᵀ landed */
             acc_fence(acc_dp);
-            dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt, t4, true, vis); /* plain only: MOD at HD 128 serialised its wgmmas */
+            else dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
             if (!MOD) tile_pack_p<T>(acc_s, pa);
             tile_pack_p<T>(acc_dp, da);
             {
@@ -968,7 +971,8 @@ __global__ void __launch_bounds__(384, 1)
                 dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
                 st_tile_half<T>(sPt, kr, cw, t4, pv);
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
+                if (full) dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, true, vis);
+                else dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, false, vis);
                 st_tile_half<T>(sPt, kr, cw, t4, acc_s);
             }
             fence_proxy_async_smem();
@@ -978,7 +982,8 @@ __global__ void __launch_bounds__(384, 1)
             wg_commit();
             wg_wait<1>(); /* dPᵀ landed; dV in flight */
             acc_fence(acc_dp);
-            dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, true, vis);
+            else dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
             st_tile_half<T>(sdSt, kr, cw, t4, acc_dp);
             fence_proxy_async_smem();
             wg_wait<0>();
