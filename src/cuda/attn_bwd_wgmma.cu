@@ -518,12 +518,15 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pa[kk][e] = pa1[0][e];
                 }
+            } else if (full) { /* one branch a tile: the full copy has no per-element tests */
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, true, vis);
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, full, vis);
+                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, false, vis);
             }
             wg_wait<0>(); /* dPᵀ landed */
             acc_fence(acc_dp);
-            dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt, t4, true, vis); /* plain only: MOD at HD 128 serialised its wgmmas */
+            else dkdv_ds(acc_dp, acc_s, Dt, t4, full, vis);
             if (!MOD) tile_pack_p<T>(acc_s, pa);
             tile_pack_p<T>(acc_dp, da);
             {
@@ -704,11 +707,12 @@ __host__ __device__ __forceinline__ int dq_piece_off(int HD, int r, int col) {
 template <typename T, int HD>
 __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, int astride, uint32_t bsm, int bstride) {
     wg_fence();
+    const uint64_t da0 = sw128_desc(a, 16, 1024), db0 = sw128_desc(bsm, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32;
-        WgOps<T>::ss_n32(&acc[0][0], sw128_desc(a + (kk >> 2) * astride + koff, 16, 1024),
-                         sw128_desc(bsm + (kk >> 2) * bstride + koff, 16, 1024), kk > 0 ? 1 : 0);
+        WgOps<T>::ss_n32(&acc[0][0], desc_add(da0, (kk >> 2) * astride + koff),
+                         desc_add(db0, (kk >> 2) * bstride + koff), kk > 0 ? 1 : 0);
     }
     wg_commit();
 }
@@ -718,14 +722,16 @@ __device__ __forceinline__ void issue_abt_n32(float (&acc)[4][4], uint32_t a, in
  * at bsm (MN-major, read transposed). Issued, not committed. */
 template <typename T, class K>
 __device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t t, uint32_t bsm, int c) {
+    const uint64_t da0 = sw128_desc(t, 16, 1024);
+    const uint64_t db0 = mn_desc<64>(bsm, K::piece_col(c, 0), 0), db1 = mn_desc<64>(bsm, K::piece_col(c, 1), 0);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t da = sw128_desc(t + kk * 32, 16, 1024);
+        const uint64_t da = desc_add(da0, kk * 32);
         if constexpr (K::W1 == 64) { /* HD 256: the pieces are the 64-column blocks 2c, 2c + 1: one m64n128k16 */
-            WgOps<T>::ss_n128_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
+            WgOps<T>::ss_n128_tb(&acc[0][0], da, desc_add(db0, 16 * kk * 128), 1);
         } else {
-            WgOps<T>::ss_n64_tb(&acc[0][0], da, mn_desc<64>(bsm, K::piece_col(c, 0), 16 * kk), 1);
-            WgOps<T>::ss_n32_tb(&acc[8][0], da, mn_desc<64>(bsm, K::piece_col(c, 1), 16 * kk), 1);
+            WgOps<T>::ss_n64_tb(&acc[0][0], da, desc_add(db0, 16 * kk * 128), 1);
+            WgOps<T>::ss_n32_tb(&acc[8][0], da, desc_add(db1, 16 * kk * 128), 1);
         }
     }
 }
@@ -931,10 +937,11 @@ __global__ void __launch_bounds__(384, 1)
         /* dQ piece r = dS·K[:, piece r] (both operands transposed). */
         auto issue_dq = [&](auto &acc_dq, uint32_t sdS, int r) {
             wg_fence();
+            const uint64_t da0 = sw128_desc(sdS, 1024, 1024), db0 = mn_desc<BN>(sK, K::piece_col(cw, r), 0);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const uint64_t da = sw128_desc(sdS + kk * 16 * 128, 1024, 1024);
-                const uint64_t db = mn_desc<BN>(sK, K::piece_col(cw, r), 16 * kk);
+                const uint64_t da = desc_add(da0, kk * 16 * 128);
+                const uint64_t db = desc_add(db0, kk * 16 * 128);
                 if constexpr (sizeof(acc_dq) == 8 * 4 * sizeof(float)) WgOps<T>::ss_n64_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
                 else WgOps<T>::ss_n32_tt(&acc_dq[0][0], da, db, kk > 0 ? 1 : 0);
             }
@@ -964,7 +971,8 @@ __global__ void __launch_bounds__(384, 1)
                 dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
                 st_tile_half<T>(sPt, kr, cw, t4, pv);
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
+                if (full) dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, true, vis);
+                else dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, false, vis);
                 st_tile_half<T>(sPt, kr, cw, t4, acc_s);
             }
             fence_proxy_async_smem();
@@ -974,7 +982,8 @@ __global__ void __launch_bounds__(384, 1)
             wg_commit();
             wg_wait<1>(); /* dPᵀ landed; dV in flight */
             acc_fence(acc_dp);
-            dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
+            if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, true, vis);
+            else dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
             st_tile_half<T>(sdSt, kr, cw, t4, acc_dp);
             fence_proxy_async_smem();
             wg_wait<0>();

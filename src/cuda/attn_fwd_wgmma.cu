@@ -117,11 +117,15 @@ template <typename T> __host__ __device__ __forceinline__ float wg_fixed_max(flo
 template <typename T, class K>
 __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t qrow, uint32_t sk) {
     wg_fence();
+    const uint64_t da0 = sw128_desc(qrow, 16, 1024), dk0 = sw128_desc(sk, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < K::HD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
-        const uint64_t da = sw128_desc(qrow + (kk >> 2) * K::BM * 128 + koff, 16, 1024);
-        const uint64_t dk = sw128_desc(sk + (kk >> 2) * K::BN * 128 + koff, 16, 1024);
+        /* HD 256: rebuilt per step (two more live registers spill there) */
+        const uint64_t da = K::HD == 256 ? sw128_desc(qrow + (kk >> 2) * K::BM * 128 + koff, 16, 1024)
+                                         : desc_add(da0, (kk >> 2) * K::BM * 128 + koff);
+        const uint64_t dk = K::HD == 256 ? sw128_desc(sk + (kk >> 2) * K::BN * 128 + koff, 16, 1024)
+                                         : desc_add(dk0, (kk >> 2) * K::BN * 128 + koff);
         if constexpr (K::BN == 128) WgOps<T>::ss_n128(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
         else WgOps<T>::ss_n64(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0);
     }
@@ -136,9 +140,10 @@ template <typename T, class K>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uint32_t (&pa)[K::BN / 16][4],
                                          uint32_t sv) {
     wg_fence();
+    const uint64_t dv0 = sw128_desc(sv, K::BN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < K::BN / 16; ++kk) {
-        const uint64_t dv = sw128_desc(sv + kk * 16 * 128, K::BN * 128, 1024);
+        const uint64_t dv = desc_add(dv0, kk * 16 * 128);
         WgOps<T>::template rs_tb<K::HD>(&acc_o[0][0], pa[kk], dv);
     }
     wg_commit();
