@@ -301,6 +301,24 @@ __device__ __forceinline__ TileWalk tile_walk(const fc_mask &mask, int n0, int n
     return w;
 }
 
+/* A tile's walk facts for the wide kernel's consumers, written by the L/Δ
+ * warp into the tile's ring stage (read after the stage's full barrier):
+ * the head h, the first row i0 and, bit c, "rows i0 + 32c .. + 31 exist and
+ * see every key of the block [n0, n0 + BN)" (full: the P/dS code without
+ * per-element tests). Two integer divisions and the 64-bit visibility of two
+ * rows a tile, out of every consumer warp. (The HD ≤ 128 kernel measured
+ * slower with it: its consumers work them out themselves.) */
+template <int BN>
+__device__ __forceinline__ int4 tile_info(const fc_mask &mask, int h, int i0, int n0, int Sq, int Sk) {
+    int f = 0;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const int ia = i0 + 32 * c;
+        if (ia + 32 <= Sq && tile_full<BN>(vis_of(mask, ia, Sq), vis_of(mask, ia + 31, Sq), n0, Sk)) f |= 1 << c;
+    }
+    return make_int4(h, i0, f, 0);
+}
+
 /* Ordered dQ (deterministic): wait until the key blocks before this one
  * have added to the tile of rows [i0, i0 + 64) (its counter sem), then,
  * after this block's additions have completed, count it. */
@@ -492,11 +510,15 @@ __global__ void __launch_bounds__(384, 1)
             for (int w = 0; w < 4; ++w) bad[w] = kbad[w];
         const bool anybad = (bad[0] | bad[1] | bad[2] | bad[3]) != 0u;
         for (int it = 0; it < n_iter; ++it) {
-            int h, i0;
-            tile_of(it, h, i0);
             const int st = it % ST;
             const float *Lt = sLD + st * 2 * BQ, *Dt = Lt + BQ;
             rq.wait_full(it);
+            /* The tile's facts worked out here, not read from warp 1 (tile_info,
+             * as the wide kernel does): measured +7.5 % on the D = 64 kernel,
+             * +2 % at D = 128 causal (H200, session 13), fewer instructions
+             * notwithstanding; the MOD variants at HD 128 also spilled. */
+            int h, i0;
+            tile_of(it, h, i0);
             issue_abt<T, HD>(acc_s, kA, BN * 128, sQ + st * K::T_BYTES, BQ * 128);   /* Sᵀ = K Qᵀ */
             issue_abt<T, HD>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128); /* dPᵀ = V dOᵀ */
             wg_wait<1>(); /* Sᵀ landed */
@@ -534,15 +556,23 @@ __global__ void __launch_bounds__(384, 1)
                  * tile (128B-swizzled rows; the A operand of dQ = dS·K, read
                  * transposed). */
                 const uint32_t ds = sdS + (it & 1) * K::DS_BYTES;
-                const int kr = cw * 64 + warp * 16 + g; /* key rows kr, kr + 8: same swizzle phase */
+                if constexpr (HD <= 64) { /* stmatrix: 4 stores, not 16 (at HD 128 it serialised the wgmmas: C7512) */
+                    const int ln = lane_id_volatile();
 #pragma unroll
-                for (int j = 0; j < BQ / 8; ++j) {
-                    const uint32_t off = ((j ^ (kr & 7)) << 4) + 4 * t4;
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + kr * 128 + off), "r"(da[j >> 1][(j & 1) * 2])
-                                 : "memory");
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + (kr + 8) * 128 + off),
-                                 "r"(da[j >> 1][(j & 1) * 2 + 1])
-                                 : "memory");
+                    for (int kk = 0; kk < BQ / 16; ++kk) /* the warp's 16 key rows, query chunks 2kk, 2kk + 1 */
+                        stsm_x4(sw128_stsm_addr(ds, cw * 64 + warp * 16, 2 * kk, ln), da[kk][0], da[kk][1], da[kk][2],
+                                da[kk][3]);
+                } else {
+                    const int kr = cw * 64 + warp * 16 + g; /* key rows kr, kr + 8: same swizzle phase */
+#pragma unroll
+                    for (int j = 0; j < BQ / 8; ++j) {
+                        const uint32_t off = ((j ^ (kr & 7)) << 4) + 4 * t4;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + kr * 128 + off), "r"(da[j >> 1][(j & 1) * 2])
+                                     : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + (kr + 8) * 128 + off),
+                                     "r"(da[j >> 1][(j & 1) * 2 + 1])
+                                     : "memory");
+                    }
                 }
                 fence_proxy_async_smem();
                 /* dQ(tile) = dS·K: each warpgroup its HD / 2 columns over all
@@ -584,8 +614,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int j = 0; j < HD / 16; ++j) {
                             const uint32_t addr = dq + (r * HD + dq_col(r, cb + 8 * j + 2 * t4, HD)) * 4;
-                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr),
-                                         "f"(acc_dq[j][2 * hf] + poison), "f"(acc_dq[j][2 * hf + 1] + poison)
+                            float x0 = acc_dq[j][2 * hf], x1 = acc_dq[j][2 * hf + 1];
+                            if (KSCRUB) x0 += poison, x1 += poison; /* x + 0.f is not folded: no add without SCRUB */
+                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0), "f"(x1)
                                          : "memory");
                         }
                     }
@@ -740,16 +771,13 @@ __device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t 
  * [64 keys][64 rows] tile (128B-swizzled rows of keys): keys kr, kr + 8,
  * rows 32c + 8j + 2·t4 (+1), from the fragment x (rows = keys). */
 template <typename T>
-__device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, int t4, const float (&x)[4][4]) {
+__device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, const float (&x)[4][4]) {
+    const int lane = lane_id_volatile();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const uint32_t off = (((4 * c + j) ^ (kr & 7)) << 4) + 4 * t4;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + kr * 128 + off), "r"(Ops<T>::pack(x[j][0], x[j][1]))
-                     : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + (kr + 8) * 128 + off),
-                     "r"(Ops<T>::pack(x[j][2], x[j][3]))
-                     : "memory");
-    }
+    for (int jj = 0; jj < 2; ++jj) /* chunks 4c + 2jj, + 1: one stmatrix.x4 */
+        stsm_x4(sw128_stsm_addr(tile, kr - (lane >> 2), 4 * c + 2 * jj, lane), Ops<T>::pack(x[2 * jj][0], x[2 * jj][1]),
+                Ops<T>::pack(x[2 * jj][2], x[2 * jj][3]), Ops<T>::pack(x[2 * jj + 1][0], x[2 * jj + 1][1]),
+                Ops<T>::pack(x[2 * jj + 1][2], x[2 * jj + 1][3]));
 }
 
 /* Bulk asynchronous add of `bytes` fp32 from smem to global; returns once
@@ -777,6 +805,7 @@ __global__ void __launch_bounds__(384, 1)
      * consumer warpgroup; K/V landed (SCRUB) */
     __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 2 * STD + 4 + 1];
     __shared__ uint32_t kbad[4];
+    __shared__ int4 tinfo[ST]; /* per ring stage of Q: tile_info of its tile */
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + K::OFF_V, sQ = base + K::OFF_Q, sdO = base + K::OFF_DO;
     const uint32_t sP = base + K::OFF_P, sdQ = base + K::OFF_DQ;
@@ -864,6 +893,7 @@ __global__ void __launch_bounds__(384, 1)
                     L[r] = ok ? lse_l2(Lb[rowbase + i0 + r]) : INFINITY;
                     Dl[r] = ok ? Db[rowbase + i0 + r] : 0.f;
                 }
+                if (lane == 0) tinfo[st] = tile_info<BN>(mask, h, i0, n0, p.Sq, p.Sk);
                 mbar_arrive(rq.full + 8 * st);
             }
         } else if (tid == 64) {
@@ -926,9 +956,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int j = 0; j < W / 8; ++j) {
                     const uint32_t addr = dqbuf + (r * W + dq_col(r, 8 * j + 2 * t4, W)) * 4;
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc_dq[j][2 * hf] + poison),
-                                 "f"(acc_dq[j][2 * hf + 1] + poison)
-                                 : "memory");
+                    float x0 = acc_dq[j][2 * hf], x1 = acc_dq[j][2 * hf + 1];
+                    if (KSCRUB) x0 += poison, x1 += poison; /* x + 0.f is not folded: no add without SCRUB */
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0), "f"(x1) : "memory");
                 }
             }
             fence_proxy_async_smem();
@@ -948,32 +978,31 @@ __global__ void __launch_bounds__(384, 1)
             wg_commit();
         };
         for (int it = 0; it < n_iter; ++it) {
-            int h, i0;
-            tw.tile(it, h, i0, BQ);
             const int st = it % ST;
             const float *Lt = sLD + st * 2 * BQ, *Dt = Lt + BQ;
             const uint32_t sQt = sQ + st * K::T_BYTES, sdOt = sdO + (it % STD) * K::T_BYTES;
             const uint32_t sPt = sP + (it & 1) * 2 * K::PT_BYTES, sdSt = sPt + K::PT_BYTES;
             rq.wait_full(it);
+            const int4 ti = tinfo[st];
+            const int h = ti.x, i0 = ti.y;
             issue_abt_n32<T, HD>(acc_s, sK, BN * 128, sQt + rq0 * 128, BQ * 128); /* Sᵀ = K Qᵀ */
             rdo.wait_full(it);
             issue_abt_n32<T, HD>(acc_dp, sV, BN * 128, sdOt + rq0 * 128, BQ * 128); /* dPᵀ = V dOᵀ */
             wg_wait<1>();
             acc_fence(acc_s);
             const int ia = i0 + rq0; /* this warpgroup's first row */
-            const bool full = ia + 32 <= p.Sq &&
-                              tile_full<BN>(vis_of(mask, ia, p.Sq), vis_of(mask, ia + 31, p.Sq), n0, p.Sk);
+            const bool full = (ti.z >> cw) & 1; /* rows ia .. ia + 31 see every key of the block */
             uint32_t vis = ~0u;
             fc_score_modf mod = {0.f, 0.f, 0.f};
             float pv[4][4];
             if (MOD) {
                 mod = fcc_score_mod_l2(p, b, h);
                 dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
-                st_tile_half<T>(sPt, kr, cw, t4, pv);
+                st_tile_half<T>(sPt, kr, cw, pv);
             } else {
                 if (full) dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, true, vis);
                 else dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, false, vis);
-                st_tile_half<T>(sPt, kr, cw, t4, acc_s);
+                st_tile_half<T>(sPt, kr, cw, acc_s);
             }
             fence_proxy_async_smem();
             asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* Pᵀ complete */
@@ -984,7 +1013,7 @@ __global__ void __launch_bounds__(384, 1)
             acc_fence(acc_dp);
             if (!MOD && full) dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, true, vis);
             else dkdv_ds(acc_dp, acc_s, Dt + rq0, t4, full, vis);
-            st_tile_half<T>(sdSt, kr, cw, t4, acc_dp);
+            st_tile_half<T>(sdSt, kr, cw, acc_dp);
             fence_proxy_async_smem();
             wg_wait<0>();
             acc_fence(acc_dv);

@@ -113,6 +113,32 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
  * carry out: one add on a descriptor built once, not a rebuild per k16 step. */
 __device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
 
+/* stmatrix.x4: four 8×8 b16 matrices from a warp's mma fragments — register
+ * m of lane 4g + t holds row g, columns 2t, 2t + 1 of matrix m; lanes
+ * 8m .. 8m + 7 give the addresses of matrix m's rows. */
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+/* This lane's stmatrix.x4 row address for a 16-row × 16-column piece of a
+ * tile of 128-byte rows, 128B-swizzled (16-byte chunk c of row r at
+ * c ^ (r & 7)): rows row16 .. row16 + 15 (row16 a multiple of 8), chunks
+ * c0, c0 + 1 — matrices (rows 0-7, c0), (rows 8-15, c0), (rows 0-7, c0 + 1),
+ * (rows 8-15, c0 + 1): an m16k16 A fragment's registers 0..3 in order.
+ * lane: from lane_id_volatile() in the loop that stores, so that the compiler
+ * does not hoist an address per c0 out of it (four more live registers
+ * serialised the HD 128 backward's wgmmas, C7512). */
+__device__ __forceinline__ uint32_t sw128_stsm_addr(uint32_t tile, int row16, int c0, int lane) {
+    const int r = row16 + (lane & 7) + (lane & 8);
+    return tile + r * 128 + (((c0 + (lane >> 4)) ^ (lane & 7)) << 4);
+}
+__device__ __forceinline__ int lane_id_volatile() {
+    int l;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(l));
+    return l;
+}
+
 /* Per-dtype wgmma shapes (fp32 accumulators):
  *   ss_n128:   D[64×128] (+)= A[64×16] (smem, K-major) · B[16×128] (smem, K-major);
  *              scale_d = 0 overwrites D.
