@@ -66,6 +66,42 @@ static inline FC_HOST_DEVICE void fc_visible_keys_int(const fc_mask *m, int64_t 
     *hi = (int)h;
 }
 
+/* The visible ranges of the rows i0 + c, 0 ≤ c < FC_VIS_SPAN, from one
+ * evaluation at row i0 (fc_vis_span_of, 64-bit) and int32 min/max per row
+ * (fc_vis_span_at): for kernels whose per-element test walks the rows of a
+ * tile (the backward's columns are query rows), where a full evaluation per
+ * row cost ~30 instructions. Exact for every row < Sq: hi = clamp(diag + wr
+ * + 1, 0, Sk) and lo = clamp(diag − wl, 0, hi) are linear in the row until
+ * they clamp, and the bases are clamped to [−FC_VIS_SPAN, Sk] first, which
+ * changes no clamped value for c < FC_VIS_SPAN. Sizes must fit int32
+ * (tests/test_mask_seam.c checks it against fc_visible_keys). */
+#define FC_VIS_SPAN 256
+typedef struct fc_vis_span {
+    int32_t h0, l0, ns, sk; /* hi and lo of row i0 unclamped (in [−SPAN, Sk]), sinks in [0, Sk], Sk */
+} fc_vis_span;
+
+static inline FC_HOST_DEVICE fc_vis_span fc_vis_span_of(const fc_mask *m, int64_t i0) {
+    const int64_t diag = i0 + (m->Sk - m->Sq);
+    const int64_t wl = (m->wl < 0 || m->wl > m->Sk) ? m->Sk : m->wl; /* as fc_visible_keys */
+    const int64_t wr = (m->wr < 0 || m->wr > m->Sq) ? m->Sq : m->wr;
+    const int64_t h = diag + wr + 1, l = diag - wl, lo_ = -(int64_t)FC_VIS_SPAN; /* |.| ≤ Sq + Sk + 1 */
+    fc_vis_span v;
+    v.h0 = (int32_t)(h < lo_ ? lo_ : h > m->Sk ? m->Sk : h);
+    v.l0 = (int32_t)(l < lo_ ? lo_ : l > m->Sk ? m->Sk : l);
+    v.ns = (int32_t)(m->n_sink < 0 ? 0 : m->n_sink > m->Sk ? m->Sk : m->n_sink);
+    v.sk = (int32_t)m->Sk;
+    return v;
+}
+
+static inline FC_HOST_DEVICE void fc_vis_span_at(fc_vis_span v, int c, int *se, int *lo, int *hi) {
+    int h = v.h0 + c, l = v.l0 + c;
+    h = h < 0 ? 0 : h > v.sk ? v.sk : h;
+    l = l < 0 ? 0 : l > h ? h : l;
+    *se = v.ns < l ? v.ns : l;
+    *lo = l;
+    *hi = h;
+}
+
 /* Is key j visible to row i? (The per-element test on absolute indices.) */
 static inline FC_HOST_DEVICE int fc_visible(const fc_mask *m, int64_t i, int64_t j) {
     int64_t s, l, h;

@@ -54,6 +54,11 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, c
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     /* ALiBi distance i + Sk − Sq − key of element (0, 0); the rest a constant offset. */
     const float dist0 = MOD ? (float)(int)fc_alibi_dist(&sc, i0 + 2 * t4, key0) : 0.f;
+    /* The visible ranges of this thread's rows i0 + col: plain, from one
+     * 64-bit evaluation a call (fc_vis_span_of); the modifier variants
+     * evaluate each row (the span's registers spilled at HD 128 there). */
+    fc_vis_span vs = {0, 0, 0, 0};
+    if (!MOD && !full) vs = fc_vis_span_of(&mask, i0);
 #pragma unroll
     for (int jc = 0; jc < NC; ++jc)
 #pragma unroll
@@ -72,7 +77,8 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, c
             bool v0 = true, v1 = true;
             if (!full) {
                 int s, lo, hi;
-                fc_visible_keys_int(&mask, i0 + col, &s, &lo, &hi);
+                if (MOD) fc_visible_keys_int(&mask, i0 + col, &s, &lo, &hi);
+                else fc_vis_span_at(vs, col, &s, &lo, &hi);
                 const bool row = i0 + col < iend;
                 v0 = row && FC_KEY_VISIBLE(s, lo, hi, key0);
                 v1 = row && FC_KEY_VISIBLE(s, lo, hi, key0 + 8);
