@@ -769,7 +769,8 @@ __device__ __forceinline__ void issue_tile_ab(float (&acc)[K::NJW][4], uint32_t 
 
 /* This thread's elements of a warpgroup's 32 query rows (32c ..) in a
  * [64 keys][64 rows] tile (128B-swizzled rows of keys): keys kr, kr + 8,
- * rows 32c + 8j + 2·t4 (+1), from the fragment x (rows = keys). */
+ * rows 32c + 8j + 2·t4 (+1), from the fragment x (rows = keys). Two
+ * stmatrix.x4 a call, over the warp's 16 key rows from kr − g. */
 template <typename T>
 __device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, const float (&x)[4][4]) {
     const int lane = lane_id_volatile();

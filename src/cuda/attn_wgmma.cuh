@@ -126,9 +126,10 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1,
  * c ^ (r & 7)): rows row16 .. row16 + 15 (row16 a multiple of 8), chunks
  * c0, c0 + 1 — matrices (rows 0-7, c0), (rows 8-15, c0), (rows 0-7, c0 + 1),
  * (rows 8-15, c0 + 1): an m16k16 A fragment's registers 0..3 in order.
- * lane: from lane_id_volatile() in the loop that stores, so that the compiler
- * does not hoist an address per c0 out of it (four more live registers
- * serialised the HD 128 backward's wgmmas, C7512). */
+ * lane: from lane_id_volatile() at the store site, so that the compiler
+ * cannot hoist an address per c0 out of the tile loop as four live registers
+ * (the form measured; at HD 128 the backward's wgmmas were serialised,
+ * C7512, even so: that kernel stores dSᵀ this way at HD ≤ 64 only). */
 __device__ __forceinline__ uint32_t sw128_stsm_addr(uint32_t tile, int row16, int c0, int lane) {
     const int r = row16 + (lane & 7) + (lane & 8);
     return tile + r * 128 + (((c0 + (lane >> 4)) ^ (lane & 7)) << 4);
