@@ -348,7 +348,7 @@ FLASHC_API const char *flashc_cpu_features(void);
  *                                      (batch, kv head); 0 = never; capped at 64
  *   FLASHC_CPU_BWD=twopass             CPU backward: force the two-pass (key-major) schedule
  *   FLASHC_CUDA_KERNEL=generic|mma     CUDA attention: generic SIMT kernels only, or skip the
- *                                      Hopper wgmma kernels (mma.sync, then generic)
+ *                                      Hopper wgmma and TMA kernels (mma.sync, then generic)
  *   FLASHC_CUDA_SMEM_LIMIT=n           CUDA attention: plan as if a block could use at most n bytes
  *                                      of shared memory (min with the device's opt-in limit), to
  *                                      test what a GPU with less runs (sm_86/89: 99 KB, 101376;

@@ -19,7 +19,7 @@
  *                                       decode path (0 = never; capped at 64)
  *   FLASHC_CPU_BWD=twopass              force the CPU backward's two-pass (key-major) schedule
  *   FLASHC_CUDA_KERNEL=generic|mma      force a CUDA attention kernel family: generic = SIMT kernels
- *                                       only; mma = mma.sync (skip wgmma), then generic
+ *                                       only; mma = mma.sync (skip wgmma and TMA), then generic
  *   FLASHC_CUDA_SMEM_LIMIT=n            CUDA: cap the shared memory a kernel may use at n bytes (below the
  *                                       device's opt-in limit; tests emulate 99 KB / 48 KB GPUs)
  *   FLASHC_CUDA_MODULE=path             the CUDA module to dlopen instead of the one beside libflashc

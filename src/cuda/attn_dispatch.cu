@@ -3,13 +3,14 @@
  * struct (fcc_attn, attn_params.cuh) once, plan, run.
  *
  * Forward plan, in order of speed: the split-KV decode kernel for few query
- * rows per kv head (attn_decode.cu, sm_80+), the Hopper wgmma kernel (attn_fwd_wgmma.cu;
+ * rows per kv head (on compute capability 9.0 its TMA form attn_decode_tma.cu
+ * where the tensor maps apply, else attn_decode.cu, sm_80+), the Hopper wgmma kernel (attn_fwd_wgmma.cu;
  * sm_90a code, only on compute capability 9.0), the mma.sync kernel
  * (attn_fwd_tc.cu, sm_80+), the generic SIMT kernel (every valid problem).
  * Backward: the Hopper wgmma kernels (attn_bwd_wgmma.cu, sm_90a), the
  * mma.sync kernels (attn_bwd_tc.cu, sm_80+), then generic.
  * FLASHC_CUDA_KERNEL (common/knobs.h, read at every call) forces a family:
- * "generic" = the generic kernels only; "mma" = skip the wgmma kernels.
+ * "generic" = the generic kernels only; "mma" = skip the wgmma and TMA kernels.
  * Shared memory: every kernel's supports() (and the generic launchers'
  * shape choice) compares its need with fcc_device::smem_optin, the device's
  * opt-in limit capped by FLASHC_CUDA_SMEM_LIMIT: on GPUs with less (sm_86/89:
@@ -118,7 +119,10 @@ flashc_status fcc_attn_make(const fc_attn *a, bool bwd, fcc_attn *p) {
 
 fcc_fwd_kernel fcc_plan_fwd(const fcc_attn &p, int forced) {
     if (forced == FC_KNOB_CUDA_GENERIC) return FCC_FWD_GENERIC;
-    if (fcc_fwd_decode_supports(p)) return FCC_FWD_DECODE; /* an mma.sync kernel: "mma" keeps it */
+    if (fcc_fwd_decode_supports(p)) { /* mma.sync kernels: "mma" keeps the cp.async one */
+        if (forced != FC_KNOB_CUDA_MMA && p.dev.cc == 90 && fcc_fwd_decode_tma_supports(p)) return FCC_FWD_DECODE_TMA;
+        return FCC_FWD_DECODE;
+    }
     if (forced != FC_KNOB_CUDA_MMA && p.dev.cc == 90 && fcc_fwd_wgmma_supports(p)) return FCC_FWD_WGMMA;
     if (fcc_fwd_mma_supports(p)) return FCC_FWD_MMA;
     return FCC_FWD_GENERIC;
@@ -139,6 +143,7 @@ flashc_status fcc_attn_fwd(const fc_attn *a) {
     FCC_TRY(fcc_attn_make(a, false, &p));
     switch (fcc_plan_fwd(p, fc_knob_cuda_kernel())) {
     case FCC_FWD_DECODE: return fcc_fwd_decode_run(p);
+    case FCC_FWD_DECODE_TMA: return fcc_fwd_decode_tma_run(p);
     case FCC_FWD_WGMMA: return fcc_fwd_wgmma_run(p);
     case FCC_FWD_MMA: return fcc_fwd_mma_run(p);
     default: return fcc_fwd_generic_run(p);

@@ -61,7 +61,7 @@ __host__ __device__ __forceinline__ fc_score_modf fcc_score_mod_l2(const fcc_att
 }
 
 /* ------------------------------------------------------------------ plan */
-enum fcc_fwd_kernel { FCC_FWD_WGMMA = 0, FCC_FWD_MMA = 1, FCC_FWD_GENERIC = 2, FCC_FWD_DECODE = 3 };
+enum fcc_fwd_kernel { FCC_FWD_WGMMA = 0, FCC_FWD_MMA = 1, FCC_FWD_GENERIC = 2, FCC_FWD_DECODE = 3, FCC_FWD_DECODE_TMA = 4 };
 enum fcc_bwd_kernel { FCC_BWD_MMA = 0, FCC_BWD_GENERIC = 1, FCC_BWD_WGMMA = 2 };
 
 /* What each kernel accepts (the generic ones accept every valid problem). */
@@ -69,6 +69,9 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p);
 bool fcc_fwd_mma_supports(const fcc_attn &p);
 /* Split-KV decode (attn_decode.cu): F16/BF16, few query rows per kv head. */
 bool fcc_fwd_decode_supports(const fcc_attn &p);
+/* Its Hopper form (attn_decode_tma.cu, sm_90a): the same problems where the
+ * k/v tensor maps apply (16-byte rows, page sizes multiple of 16). */
+bool fcc_fwd_decode_tma_supports(const fcc_attn &p);
 /* Its split count per work unit (row block × kv head × sequence) from the
  * units, the key tiles a unit may visit, the CTA slots of the device
  * (sm_count × CTAs per SM) and the warps per CTA. Pure. */
@@ -85,6 +88,7 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p);
 flashc_status fcc_fwd_mma_run(const fcc_attn &p);
 flashc_status fcc_fwd_generic_run(const fcc_attn &p);
 flashc_status fcc_fwd_decode_run(const fcc_attn &p);
+flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p);
 flashc_status fcc_bwd_mma_run(const fcc_attn &p);
 flashc_status fcc_bwd_wgmma_run(const fcc_attn &p);
 flashc_status fcc_bwd_generic_run(const fcc_attn &p);

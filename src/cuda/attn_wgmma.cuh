@@ -765,15 +765,16 @@ static inline bool map_shape(int64_t B, int64_t S, int64_t H, int64_t D, const i
 }
 
 /* Tensor map of such an operand read in boxes of [rows, 64]; 128B swizzle;
- * zeros outside [0, S). */
+ * zeros outside [0, S); L2 promotion l2. */
 static inline bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataType dt, const void *ptr,
-                     int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows) {
+                     int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows,
+                     CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
     cuuint64_t dims[4], strides[3];
     if (!map_shape(B, S, H, D, st, dims, strides)) return false;
     const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, estr[4] = {1, 1, 1, 1};
     return enc(m, dt, 4, const_cast<void *>(ptr), dims, strides, box, estr,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+               l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 } // namespace fcwg

@@ -974,9 +974,10 @@ static std::vector<RagCase> ragged_cases(bool small) {
     return v;
 }
 
-/* ------------------------------------------- split-KV decode (attn_decode.cu) */
-/* Few query rows per kv head through the module's plan ("auto": the decode
- * kernel where it applies), dense batches here: one query token and short
+/* ------------------------------- split-KV decode (attn_decode.cu, attn_decode_tma.cu) */
+/* Few query rows per kv head through the module's plan (kern "auto": the
+ * decode kernel where it applies, its TMA form on cc 9.0; "mma": the cp.async
+ * form), dense batches here: one query token and short
  * chunks, keys 1 … 70000 (non-multiples of the 16-key tile, one split to
  * many), every mask option, sink logits, softcap, ALiBi, a negative scale,
  * odd head dims; each against the float64 reference of the ragged tests
@@ -994,15 +995,15 @@ struct DecCase {
     bool alibi, lse_null, negscale; /* negscale: softmax scale −1/√D */
 };
 
-static void run_decode(const DecCase &c, std::mt19937_64 &rng) {
-    char nm[220];
-    snprintf(nm, sizeof nm, "decode %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld c%d w(%lld,%lld) ns%lld%s%s%s%s%s",
-             dname(c.dt), (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.Hq, (long long)c.Hkv,
+static void run_decode(const DecCase &c, std::mt19937_64 &rng, const char *kern) {
+    char nm[240];
+    snprintf(nm, sizeof nm, "decode[%s] %s B%lld Sq%lld Sk%lld H%lld/%lld D%lld c%d w(%lld,%lld) ns%lld%s%s%s%s%s",
+             kern, dname(c.dt), (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.Hq, (long long)c.Hkv,
              (long long)c.D, c.causal, (long long)c.wl, (long long)c.wr, (long long)c.nsink, c.sinklog ? " sl" : "",
              c.softcap > 0 ? " cap" : "", c.alibi ? " alibi" : "", c.lse_null ? " nolse" : "",
              c.negscale ? " neg" : "");
     const std::string name = nm;
-    setenv("FLASHC_CUDA_KERNEL", "auto", 1);
+    setenv("FLASHC_CUDA_KERNEL", kern, 1);
     const int dt = c.dt, ldt = FLASHC_F32;
     const int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
     const int perm[4] = {0, 1, 2, 3}, lperm[3] = {0, 1, 2}, sp1[1] = {0};
@@ -1221,15 +1222,23 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         if (d.wgmma) run_attn(c, rng, "mma", !race);
         if (!race) run_attn(c, rng, "generic");
     }
-    /* split-KV decode, dense (run_decode: "auto", forward, twice): dt, B, Sq, Sk, Hq, Hkv, D, causal,
+    /* split-KV decode, dense (run_decode, forward, twice): dt, B, Sq, Sk, Hq, Hkv, D, causal,
      * wl, wr, nsink, sinklog, softcap, alibi, lse_null, negscale */
     const DecCase dec[] = {
         /* HD256, many splits over 1999 keys (window (700, 3)), sink tokens and logits, negative scale */
         {F, 2, 3, 1999, 8, 2, 256, 0, 700, 3, 2, true, 0.0, false, false, true},
         /* HD128, 64 rows per kv head (MT 2), causal, softcap, ALiBi, lse NULL */
         {BF, 1, 16, 777, 8, 2, 128, 1, -1, -1, 0, false, 2.0, true, true, false},
+        /* the TMA kernel on cc 9.0 (MT 1, HD ≤ 128): HD128 G 4, splits over a window (300, −1) with
+         * sink tokens and logits, keys not a multiple of the 32-key tile; HD64 (D 40), softcap and ALiBi */
+        {BF, 1, 1, 1001, 8, 2, 128, 1, 300, -1, 3, true, 0.0, false, false, false},
+        {F, 1, 2, 333, 8, 2, 40, 0, -1, -1, 0, false, 3.0, true, false, false},
     };
-    for (const DecCase &c : dec) run_decode(c, rng);
+    /* "auto" (the TMA kernel on cc 9.0 where it applies), then "mma" (the cp.async kernel) */
+    for (const DecCase &c : dec) {
+        run_decode(c, rng, "auto");
+        if (!race) run_decode(c, rng, "mma");
+    }
     /* ragged ("auto", then "generic" unless race): dt, kind, sq, sk, Hq, Hkv, D, causal, wl, wr,
      * nsink, sinklog, softcap, alibi, page, snew, det, extra_q */
     const std::vector<RagCase> rag = {
@@ -1644,9 +1653,15 @@ int main(int argc, char **argv) {
         run_attn(c, rng, "generic");
         if (c.dt == FLASHC_F16 || c.dt == FLASHC_BF16) run_attn(c, rng, "auto");
     }
+    /* decode: "auto" runs the TMA kernel on cc 9.0 (attn_decode_tma.cu), "mma" the cp.async one */
     if (!tiny) {
-        for (auto &c : decode_cases(small)) run_decode(c, rng);
-        for (auto &c : decode_ragged_cases(small)) run_ragged(c, rng, "auto");
+        for (auto &c : decode_cases(small))
+            for (const char *k : {"auto", "mma"}) run_decode(c, rng, k);
+        for (auto &c : decode_ragged_cases(small))
+            for (const char *k : {"auto", "mma"}) run_ragged(c, rng, k);
+    } else {
+        run_decode(decode_cases(true)[0], rng, "auto");
+        run_ragged(decode_ragged_cases(true)[0], rng, "auto");
     }
     { /* ragged batches (attn_ragged.cuh); --tiny: two of them on the mma.sync kernels (racecheck) */
         const std::vector<RagCase> rc = ragged_cases(small);

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""GPU kernel time of the decode steps (issue 9) for the CUDA module in
+FLASHC_CUDA_MODULE, SDPA cuDNN's beside it: torch.profiler over N calls of
+flashc.torch.attention and of SDPA (bf16, Hq 32, Hkv 8, D 128, one query
+token unless B:Sk:Sq says otherwise), µs per call of each kernel, and the
+split kernel's read rate (K + V bytes / its time).
+
+    python3 benchmarks/prof_decode_kernels.py [B:Sk[:Sq] ...] [--no-cudnn]
+
+Kernel times only (no host cost: prof_call_decode.py splits that out).
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+import flashc.torch as ft  # noqa: E402
+from prof_call_decode import kernels  # noqa: E402  (µs per call of each kernel, torch.profiler)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    cudnn = "--no-cudnn" not in sys.argv
+    for spec in args or ["1:8192", "16:8192", "64:4096", "4:65536"]:
+        f = [int(x) for x in spec.split(":")]
+        B, Sk, Sq = f[0], f[1], (f[2] if len(f) > 2 else 1)
+        q = torch.randn(B, Sq, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        kv_bytes = 2 * k.numel() * k.element_size()
+        runs = [("flashc", lambda: ft.attention(q, k, v))]
+        if cudnn:
+            def sdpa():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          enable_gqa=True)
+            runs.append(("cudnn", sdpa))
+        line = "B=%-3d Sk=%-6d Sq=%-2d" % (B, Sk, Sq)
+        with torch.no_grad():
+            for name, fn in runs:
+                ks = sorted(kernels(fn), key=lambda e: -e[0])
+                tot = sum(t for t, _ in ks)
+                line += " | %s %7.1f us (main %7.1f, %.2f TB/s)" % (name, tot, ks[0][0], kv_bytes / ks[0][0] / 1e6)
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
