@@ -20,10 +20,18 @@ call included, as a user pays it. SDPA: F.scaled_dot_product_attention on the
 on expanded K/V (that would read Hq/Hkv times the bytes).
 
 Timing (benchmarks/bench_gpu.py's conventions): CUDA events around each
-call on torch's current stream, median of --reps calls after warm-up.
+call on torch's current stream (the GPU idle before it, so the host's work
+until the first launch counts), median of --reps calls after warm-up. The
+candidates of a shape are timed interleaved — one call of each in turn, --reps
+rounds — so that the host's drift during the run (it moved cuDNN's B=1 call
+between 38 and 110 µs from one run to the next) falls on all of them alike.
+Also reported: "pipelined" µs, the mean over back-to-back calls without a
+synchronisation (the per-call host cost when it exceeds the GPU's).
 flashc's output is checked against SDPA FA2's (relative L2 error in the JSON).
 """
+import time
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +49,43 @@ import bench_gpu  # noqa: E402  (the shared CUDA-event timer)
 def bench(fn, reps):
     """Median ms of fn() (bench_gpu.bench: CUDA events, median), 10 warm-up calls."""
     return bench_gpu.bench(fn, reps, warmup=10)
+
+
+def bench_interleaved(fns, reps):
+    """{name: median ms} of the calls fns[name] = (context, fn) timed as
+    bench_gpu.bench does (CUDA events around one fn() inside context(),
+    synchronised), one call of each in turn. context() (SDPA's backend
+    choice) is entered outside the timed region."""
+    s = torch.cuda.current_stream()
+    for ctx, fn in fns.values():
+        with ctx():
+            for _ in range(10):
+                fn()
+    torch.cuda.synchronize()
+    times = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, (ctx, fn) in fns.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with ctx():
+                e0.record(s)
+                fn()
+                e1.record(s)
+            e1.synchronize()
+            times[k].append(e0.elapsed_time(e1))
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def pipelined_us(ctx, fn, n=200):
+    """Mean µs a call over n back-to-back calls (one synchronisation at the end)."""
+    with ctx():
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) / n * 1e6
 
 
 def load_flashc(disabled):
@@ -74,35 +119,45 @@ def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps):
     del src, dst
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # [B, H, S, D] views
     ref = None
-    for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel(be), torch.no_grad():
-                f = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
-                out = f()
+    fns = {}
+
+    def sdpa():
+        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
+
+    with torch.no_grad():
+        for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel(be):
+                    out = sdpa()
                 if name == "fa2":
                     ref = out.transpose(1, 2).float()
-                r[name + "_ms"] = bench(f, reps)
-        except Exception as e:
-            r[name + "_error"] = str(e).splitlines()[0][:160]
-    if ft is not None:
-        try:
-            with torch.no_grad():
+                fns[name] = (lambda be=be: sdpa_kernel(be), sdpa)
+            except Exception as e:
+                r[name + "_error"] = str(e).splitlines()[0][:160]
+        if ft is not None:
+            try:
                 f = lambda: ft.attention(q, k, v, causal=causal)
                 out = f()
                 if ref is not None:
                     r["flashc_vs_fa2_rel_l2"] = ((out.float() - ref).norm() / ref.norm()).item()
-                r["flashc_ms"] = bench(f, reps)
-        except Exception as e:
-            r["flashc_error"] = str(e).splitlines()[0][:200]
+                fns["flashc"] = (contextlib.nullcontext, f)
+            except Exception as e:
+                r["flashc_error"] = str(e).splitlines()[0][:200]
+        for name, ms in bench_interleaved(fns, reps).items():
+            r[name + "_ms"] = ms
+        for name, (ctx, f) in fns.items():
+            r[name + "_pipelined_us"] = pipelined_us(ctx, f)
     for key in ("flashc", "fa2", "cudnn", "copy"):
         ms = r.get(key + "_ms")
         r[key + "_us"] = ms * 1e3 if ms else float("nan")
         r[key + "_tbs"] = tbs(nbytes, ms)
     errs = "".join("  [%s: %s]" % (kk, r[kk + "_error"]) for kk in ("flashc", "fa2", "cudnn") if kk + "_error" in r)
     print("B=%-3d Sq=%-2d Sk=%-6d | us  flashc %7.1f  fa2 %7.1f  cudnn %7.1f  copy %7.1f"
-          " | TB/s flashc %5.2f  fa2 %5.2f  cudnn %5.2f  copy %5.2f | flashc/copy %4.0f%%%s" % (
+          " | TB/s flashc %5.2f  fa2 %5.2f  cudnn %5.2f  copy %5.2f | flashc/copy %4.0f%%"
+          " | pipelined us flashc %6.1f  fa2 %6.1f  cudnn %6.1f%s" % (
               B, Sq, Sk, r["flashc_us"], r["fa2_us"], r["cudnn_us"], r["copy_us"], r["flashc_tbs"], r["fa2_tbs"],
-              r["cudnn_tbs"], r["copy_tbs"], 100 * r["flashc_tbs"] / r["copy_tbs"], errs), flush=True)
+              r["cudnn_tbs"], r["copy_tbs"], 100 * r["flashc_tbs"] / r["copy_tbs"],
+              *(r.get(k + "_pipelined_us", float("nan")) for k in ("flashc", "fa2", "cudnn")), errs), flush=True)
     return r
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""GPU kernel time of the decode steps (issue 9) for the CUDA module in
+"""GPU time of the decode steps (issue 9) for the CUDA module in
 FLASHC_CUDA_MODULE, SDPA cuDNN's beside it: torch.profiler over N calls of
 flashc.torch.attention and of SDPA (bf16, Hq 32, Hkv 8, D 128, one query
-token unless B:Sk:Sq says otherwise), µs per call of each kernel, and the
-split kernel's read rate (K + V bytes / its time).
+token unless B:Sk:Sq says otherwise): the call's GPU span (first kernel
+start to last kernel end, each call on an idle GPU: prof_decode_trace.py),
+the main kernel's µs and its read rate (K + V bytes / its time). (Summed
+kernel durations would overcount: flashc's combine kernel is launched as a
+programmatic dependent and its duration includes its wait.)
 
     python3 benchmarks/prof_decode_kernels.py [B:Sk[:Sq] ...] [--no-cudnn]
 
@@ -21,6 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import flashc.torch as ft  # noqa: E402
 from prof_call_decode import kernels  # noqa: E402  (µs per call of each kernel, torch.profiler)
+from prof_decode_trace import gpu_span  # noqa: E402  (one call's first kernel start to last end)
 
 
 def main():
@@ -42,9 +46,11 @@ def main():
         line = "B=%-3d Sk=%-6d Sq=%-2d" % (B, Sk, Sq)
         with torch.no_grad():
             for name, fn in runs:
-                ks = sorted(kernels(fn), key=lambda e: -e[0])
-                tot = sum(t for t, _ in ks)
-                line += " | %s %7.1f us (main %7.1f, %.2f TB/s)" % (name, tot, ks[0][0], kv_bytes / ks[0][0] / 1e6)
+                ks = sorted((e for e in kernels(fn) if not any(w in e[1] for w in ("combine", "reduction"))),
+                            key=lambda e: -e[0])
+                main_us = ks[0][0] if ks else float("nan")
+                line += " | %s %7.1f us (main %7.1f, %.2f TB/s)" % (name, gpu_span(fn), main_us,
+                                                                      kv_bytes / main_us / 1e6)
         print(line, flush=True)
 
 

@@ -113,10 +113,11 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const fc_attn &a = p.a;
+    dec_pdl_trigger();
     DecCta<RB, BN> c;
     if (!c.init(p, da)) return;
     DecWarp<T, K, MOD> w;
-    w.init(p, c.seq, c.mask, c.b, c.hk, c.r0, c.nr, smem_u32(sQ), lane);
+    w.init(p, c, smem_u32(sQ), lane);
 
     /* Per-warp pipeline: warp tiles k0 + warp + NW·n, n < nt, tile n in stage n % ST. */
     const T *Kg = static_cast<const T *>(a.k);
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     }
     cp_async_wait<0>(); /* only empty groups can be left; none may target the ring below */
     __syncthreads();    /* every warp is done with its ring: it becomes the merge area */
-    w.template merge<K::NT>(p, da, c.seq, c.b, c.hk, c.split, reinterpret_cast<float *>(ring), warp, tid,
+    w.template merge<K::NT>(p, da, c, reinterpret_cast<float *>(ring), warp, tid,
                             [] { __syncthreads(); });
 }
 
@@ -189,6 +190,21 @@ __global__ void __launch_bounds__(32 * CMB_WARPS) attn_decode_combine_kernel(con
     const int64_t h = (int64_t)hk * G + r % G;
 
     const int64_t P0 = part_index(da, b, hk, p.Hkv, 0, r), PS = da.rmax; /* partial s at P0 + s·PS */
+    /* This warp's first O rows (splits w + 4u) are loaded before their weights are known (one
+     * memory round trip instead of two); an empty partial's row (never written) is dropped by
+     * the select below, not multiplied (it may hold NaN). */
+    float v[CMB_UNROLL][CD];
+    auto load_o = [&](int s0) {
+#pragma unroll
+        for (int u = 0; u < CMB_UNROLL; ++u) {
+            const int sp = s0 + u * CMB_WARPS;
+            const float *po = da.part_o + (P0 + (int64_t)sp * PS) * D;
+#pragma unroll
+            for (int c = 0; c < CD; ++c) v[u][c] = sp < n && lane + 32 * c < D ? po[lane + 32 * c] : 0.f;
+        }
+    };
+    dec_pdl_wait(); /* the split kernel's partials (a no-op unless launched dependent) */
+    load_o(w);
     const float ms = tid < n ? da.part_ml[2 * (P0 + tid * PS)] : -INFINITY;
     const float ls = tid < n ? da.part_ml[2 * (P0 + tid * PS) + 1] : 0.f;
     float M = ms;
@@ -211,19 +227,14 @@ __global__ void __launch_bounds__(32 * CMB_WARPS) attn_decode_combine_kernel(con
 #pragma unroll
     for (int c = 0; c < CD; ++c) acc[c] = 0.f;
     for (int s0 = w; s0 < n; s0 += CMB_WARPS * CMB_UNROLL) {
-        float xs[CMB_UNROLL], v[CMB_UNROLL][CD];
+        if (s0 != w) load_o(s0);
 #pragma unroll
         for (int u = 0; u < CMB_UNROLL; ++u) {
             const int sp = s0 + u * CMB_WARPS;
-            xs[u] = sp < n ? wsh[sp] : 0.f;
-            const float *po = da.part_o + (P0 + (int64_t)sp * PS) * D;
+            const float xs = sp < n ? wsh[sp] : 0.f;
 #pragma unroll
-            for (int c = 0; c < CD; ++c) v[u][c] = xs[u] != 0.f && lane + 32 * c < D ? po[lane + 32 * c] : 0.f;
+            for (int c = 0; c < CD; ++c) acc[c] = fmaf(xs != 0.f ? v[u][c] : 0.f, xs, acc[c]);
         }
-#pragma unroll
-        for (int u = 0; u < CMB_UNROLL; ++u)
-#pragma unroll
-            for (int c = 0; c < CD; ++c) acc[c] = fmaf(v[u][c], xs[u], acc[c]);
     }
 #pragma unroll
     for (int c = 0; c < CD; ++c) osum[w][lane + 32 * c] = acc[c];
@@ -307,11 +318,18 @@ flashc_status fcdec::decode_combine(const fcc_attn &p, const DecPlan &pl, const 
                                     flashc_status s) {
     cudaStream_t st = fcc_stream(p.a.stream);
     if (s == FLASHC_OK && pl.nsplit > 1) {
-        if (p.a.dtype == FLASHC_BF16)
-            attn_decode_combine_kernel<__nv_bfloat16><<<(unsigned)pl.combine_grid, 32 * CMB_WARPS, 0, st>>>(p, da);
-        else
-            attn_decode_combine_kernel<__half><<<(unsigned)pl.combine_grid, 32 * CMB_WARPS, 0, st>>>(p, da);
-        const cudaError_t e = cudaGetLastError();
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)pl.combine_grid);
+        cfg.blockDim = dim3(32 * CMB_WARPS);
+        cfg.stream = st;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = p.dev.cc >= 90 ? 1 : 0; /* programmatic dependent launch (dec_pdl_wait) */
+        const cudaError_t e = p.a.dtype == FLASHC_BF16
+                                  ? cudaLaunchKernelEx(&cfg, attn_decode_combine_kernel<__nv_bfloat16>, p, da)
+                                  : cudaLaunchKernelEx(&cfg, attn_decode_combine_kernel<__half>, p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_combine_kernel");
     }
     if (scr) {

@@ -48,11 +48,15 @@ using fcwg::mbar_init;
 using fcwg::mbar_wait;
 using fcwg::tma_load_4d;
 
+/* Keys a tile (64 or 128: no faster, measured) and consumer warps a CTA,
+ * the same at every head dim (the plan's split count uses both). */
+constexpr int TMA_BN = 32, TMA_NW = 3;
+
 template <int HD_, int MT_> struct TmaTraits {
     static constexpr int HD = HD_, MT = MT_;
-    static constexpr int NW = 3;             /* consumer warps (ST % NW == 0, below) */
+    static constexpr int NW = TMA_NW;        /* consumer warps (ST % NW == 0, below) */
     static constexpr int NT = 32 * (1 + NW); /* + the producer warp */
-    static constexpr int BN = 32;            /* keys a tile (64 or 128: no faster, measured) */
+    static constexpr int BN = TMA_BN;
     static constexpr int RB = 16 * MT;       /* query rows a CTA */
     static constexpr int LD = HD + 8;        /* Q's smem pitch (elements): conflict-free ldmatrix */
     static constexpr int LDF = HD + 8;       /* merge rows (floats) */
@@ -103,10 +107,14 @@ __global__ void __launch_bounds__(K::NT, 2)
     const uint32_t full = smem_u32(&bars[0]), empty = smem_u32(&bars[ST]);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    dec_pdl_trigger();
     DecCta<RB, BN> c;
     if (!c.init(p, da)) return; /* (uniform over the CTA) */
     const int nt = c.k1 - c.k0;
     if (tid == 0) {
+        /* the descriptors into the TMA unit's cache while the barriers are set up */
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tk)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tv)) : "memory");
         for (int s = 0; s < ST; ++s) {
             mbar_init(full + 8 * s, 1);  /* the producer's expect_tx */
             mbar_init(empty + 8 * s, 1); /* the consuming warp's lane 0 */
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(K::NT, 2)
     cp_async_wait<0>();
     consumers_sync<NW>();
     DecWarp<T, K, MOD> w;
-    w.init(p, c.seq, c.mask, c.b, c.hk, c.r0, c.nr, smem_u32(sQ), lane);
+    w.init(p, c, smem_u32(sQ), lane);
     w.load_q();
 
     /* ldmatrix addresses in the 128B-swizzled tiles: row r's 16-byte chunk
@@ -182,7 +190,7 @@ __global__ void __launch_bounds__(K::NT, 2)
         if (lane == 0) mbar_arrive(empty + 8 * s);
     }
     consumers_sync<NW>(); /* every tile consumed (so every load landed): the ring becomes the merge area */
-    w.template merge<32 * NW>(p, da, c.seq, c.b, c.hk, c.split, reinterpret_cast<float *>(ring), cw, ctid,
+    w.template merge<32 * NW>(p, da, c, reinterpret_cast<float *>(ring), cw, ctid,
                               [] { consumers_sync<NW>(); });
 #endif
 }
@@ -197,7 +205,7 @@ static size_t tma_smem_of(int HD, int MT) {
  * against two slots an SM (two splits at B = 16): B = 16, Sk = 8k 124.9 →
  * 120.6 µs, the other decode rows equal or better. */
 static DecPlan make_tma_plan(const fcc_attn &p) {
-    return decode_plan(p, TmaTraits<64, 1>::BN, TmaTraits<64, 1>::NW, tma_smem_of, 1);
+    return decode_plan(p, TMA_BN, TMA_NW, tma_smem_of, 1);
 }
 
 /* Rows a box of a paged tile: gcd(BN, page_size) (16 or 32). */
@@ -224,7 +232,7 @@ static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap
                     : (paged ? attn_decode_tma_kernel<T, K, false, true> : attn_decode_tma_kernel<T, K, false, false>);
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode_tma");
     if (s == FLASHC_OK) {
-        const int ch = paged ? paged_box_rows(K::BN, p.a.page_size) : K::BN;
+        const int ch = paged ? paged_box_rows(TMA_BN, p.a.page_size) : TMA_BN;
         kern<<<(unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tk, tv, p, da, ch);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_tma_kernel");
@@ -260,8 +268,7 @@ flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     int64_t e0, e1;
     kv_extents(a, &e0, &e1);
-    const int bn = with_tma_traits(pl.HD, pl.MT, [](auto k) { return decltype(k)::BN; });
-    const int rows = a.block_table ? paged_box_rows(bn, a.page_size) : bn;
+    const int rows = a.block_table ? paged_box_rows(TMA_BN, a.page_size) : TMA_BN;
     CUtensorMap tk, tv;
     const fcwg::EncodeTiledFn enc = fcwg::encode_fn();
     /* No L2 promotion: every key row is read once, in 128-byte boxes; promoted to 256 bytes the

@@ -210,15 +210,7 @@ __global__ void __launch_bounds__(K::NT)
 
         float acc_o[MT][ND][4];
         float m_i[MT][2], l_i[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int j = 0; j < ND; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
-            m_i[mt][0] = m_i[mt][1] = -INFINITY;
-            l_i[mt][0] = l_i[mt][1] = 0.f;
-        }
+        tile_state_zero(acc_o, m_i, l_i);
 
         /* Prologue: Q and the first K tile. RAG: the first tile's tables
          * before (the previous virtual block ended with a barrier). */

@@ -157,6 +157,21 @@ __device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, 
     tile_dist0(p.score, row0, c0, dist0);
 }
 
+/* The online softmax's start for MT m16 row tiles of ND n8 columns: O = 0,
+ * m = −∞, ℓ = 0. */
+template <int MT, int ND>
+__device__ __forceinline__ void tile_state_zero(float (&acc_o)[MT][ND][4], float (&m_i)[MT][2], float (&l_i)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < ND; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
+        m_i[mt][0] = m_i[mt][1] = -INFINITY;
+        l_i[mt][0] = l_i[mt][1] = 0.f;
+    }
+}
+
 /* Online softmax over one key tile, exp2 domain, for the fragment's rows:
  * x = s·mul (mul = scale·log2 e on raw dots, 1 on log2-unit logits);
  * m ← max(m, max_j s) (kept in s's units), s ← p = 2^(x − m·mul) in place,

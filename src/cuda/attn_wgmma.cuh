@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h> /* memcmp, memset (make_map's cache) */
 
 namespace fcwg {
 
@@ -765,16 +766,46 @@ static inline bool map_shape(int64_t B, int64_t S, int64_t H, int64_t D, const i
 }
 
 /* Tensor map of such an operand read in boxes of [rows, 64]; 128B swizzle;
- * zeros outside [0, S); L2 promotion l2. */
+ * zeros outside [0, S); L2 promotion l2. A map is a pure function of these
+ * arguments: the last 8 a thread encoded are kept (a decode loop passes the
+ * same cache tensors at every step; the driver's encode is host time before
+ * the launch). */
 static inline bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataType dt, const void *ptr,
                      int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows,
                      CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
-    cuuint64_t dims[4], strides[3];
-    if (!map_shape(B, S, H, D, st, dims, strides)) return false;
+    struct Key {
+        const void *ptr;
+        cuuint64_t dims[4], strides[3];
+        int dt, rows, l2;
+    };
+    struct Entry {
+        CUtensorMap map;
+        Key key;
+        bool used;
+    };
+    static thread_local Entry cache[8];
+    static thread_local unsigned next;
+    Key k;
+    memset(&k, 0, sizeof k); /* (padding too: the keys are compared as bytes) */
+    if (!map_shape(B, S, H, D, st, k.dims, k.strides)) return false;
+    k.ptr = ptr;
+    k.dt = (int)dt;
+    k.rows = rows;
+    k.l2 = (int)l2;
+    for (Entry &e : cache)
+        if (e.used && memcmp(&e.key, &k, sizeof k) == 0) {
+            *m = e.map;
+            return true;
+        }
     const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, estr[4] = {1, 1, 1, 1};
-    return enc(m, dt, 4, const_cast<void *>(ptr), dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    if (enc(m, dt, 4, const_cast<void *>(ptr), k.dims, k.strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    Entry &e = cache[next++ % 8];
+    e.map = *m;
+    e.key = k;
+    e.used = true;
+    return true;
 }
 
 } // namespace fcwg

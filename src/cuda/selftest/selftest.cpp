@@ -1128,6 +1128,9 @@ static std::vector<DecCase> decode_cases(bool small) {
     v.push_back({FLASHC_F16, 2, 1, 900, 4, 1, 128, 0, -1, -1, 0, false, 0, false, false, true});
     /* a 64-token chunk on few heads (row blocks) */
     v.push_back({FLASHC_BF16, 1, 64, 3000, 8, 2, 128, 1, -1, -1, 0, true, 0, false, false, false});
+    /* the serving shape at memory bandwidth (B·Hkv = 128 CTAs, one split, every ring stage in
+     * flight): a ring race that let a warp overtake a tile not yet landed faulted only here */
+    v.push_back({FLASHC_BF16, 16, 1, 8192, 32, 8, 128, 0, -1, -1, 0, false, 0, false, false, false});
     return v;
 }
 
