@@ -26,7 +26,10 @@ candidates of a shape are timed interleaved — one call of each in turn, --reps
 rounds — so that the host's drift during the run (it moved cuDNN's B=1 call
 between 38 and 110 µs from one run to the next) falls on all of them alike.
 Also reported: "pipelined" µs, the mean over back-to-back calls without a
-synchronisation (the per-call host cost when it exceeds the GPU's).
+synchronisation (the per-call host cost when it exceeds the GPU's), and
+"graph" µs: the call captured once in a CUDA graph and replayed (what a
+serving engine that captures its decode step pays: GPU time and one graph
+launch, no per-call host work), event-timed and interleaved the same way.
 flashc's output is checked against SDPA FA2's (relative L2 error in the JSON).
 """
 import time
@@ -75,6 +78,26 @@ def bench_interleaved(fns, reps):
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
+def graphed(ctx, fn):
+    """fn captured in a CUDA graph (warmed up on a side stream, as torch
+    requires), as (context, replay); None where capture fails."""
+    try:
+        with ctx():
+            st = torch.cuda.Stream()
+            st.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(st):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(st)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+        torch.cuda.synchronize()
+        return (contextlib.nullcontext, g.replay)
+    except Exception:
+        return None
+
+
 def pipelined_us(ctx, fn, n=200):
     """Mean µs a call over n back-to-back calls (one synchronisation at the end)."""
     with ctx():
@@ -105,7 +128,7 @@ def tbs(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e12 if ms and ms == ms else float("nan")
 
 
-def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps):
+def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps, graphs=False):
     causal = False  # see the module docstring (chunks)
     q = torch.empty(B, Sq, Hq, D, device="cuda", dtype=dt).uniform_(-1, 1)
     k, v = (torch.empty(B, Sk, Hkv, D, device="cuda", dtype=dt).uniform_(-1, 1) for _ in range(2))
@@ -147,6 +170,16 @@ def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps):
             r[name + "_ms"] = ms
         for name, (ctx, f) in fns.items():
             r[name + "_pipelined_us"] = pipelined_us(ctx, f)
+        if graphs:
+            gfns = {}
+            for name, (ctx, f) in fns.items():
+                gf = graphed(ctx, f)
+                if gf is None:
+                    r[name + "_graph_error"] = "capture failed"
+                else:
+                    gfns[name] = gf
+            for name, ms in bench_interleaved(gfns, reps).items():
+                r[name + "_graph_us"] = ms * 1e3
     for key in ("flashc", "fa2", "cudnn", "copy"):
         ms = r.get(key + "_ms")
         r[key + "_us"] = ms * 1e3 if ms else float("nan")
@@ -154,10 +187,12 @@ def run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, reps):
     errs = "".join("  [%s: %s]" % (kk, r[kk + "_error"]) for kk in ("flashc", "fa2", "cudnn") if kk + "_error" in r)
     print("B=%-3d Sq=%-2d Sk=%-6d | us  flashc %7.1f  fa2 %7.1f  cudnn %7.1f  copy %7.1f"
           " | TB/s flashc %5.2f  fa2 %5.2f  cudnn %5.2f  copy %5.2f | flashc/copy %4.0f%%"
-          " | pipelined us flashc %6.1f  fa2 %6.1f  cudnn %6.1f%s" % (
+          " | pipelined us flashc %6.1f  fa2 %6.1f  cudnn %6.1f"
+          " | graph us flashc %6.1f  fa2 %6.1f  cudnn %6.1f%s" % (
               B, Sq, Sk, r["flashc_us"], r["fa2_us"], r["cudnn_us"], r["copy_us"], r["flashc_tbs"], r["fa2_tbs"],
               r["cudnn_tbs"], r["copy_tbs"], 100 * r["flashc_tbs"] / r["copy_tbs"],
-              *(r.get(k + "_pipelined_us", float("nan")) for k in ("flashc", "fa2", "cudnn")), errs), flush=True)
+              *(r.get(k + "_pipelined_us", float("nan")) for k in ("flashc", "fa2", "cudnn")),
+              *(r.get(k + "_graph_us", float("nan")) for k in ("flashc", "fa2", "cudnn")), errs), flush=True)
     return r
 
 
@@ -167,6 +202,7 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--chunks", action="store_true", help="also 4- and 16-token chunks")
     ap.add_argument("--no-flashc", action="store_true", help="peers only")
+    ap.add_argument("--graphs", action="store_true", help="also each call captured in a CUDA graph and replayed")
     a = ap.parse_args()
     torch.manual_seed(0)
     ft, why = load_flashc(a.no_flashc)
@@ -176,7 +212,7 @@ def main():
     shapes = [(1, 1, 8192), (16, 1, 8192), (64, 1, 4096), (4, 1, 65536)]
     if a.chunks:
         shapes += [(B, n, 8192) for n in (4, 16) for B in (1, 16)]
-    rows = [run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, a.reps) for B, Sq, Sk in shapes]
+    rows = [run_shape(ft, B, Sq, Sk, Hq, Hkv, D, dt, a.reps, a.graphs) for B, Sq, Sk in shapes]
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "decode": rows}, f,
