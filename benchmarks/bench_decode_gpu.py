@@ -32,7 +32,6 @@ serving engine that captures its decode step pays: GPU time and one graph
 launch, no per-call host work), event-timed and interleaved the same way.
 flashc's output is checked against SDPA FA2's (relative L2 error in the JSON).
 """
-import time
 import argparse
 import contextlib
 import json
@@ -46,6 +45,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
+import bench_call_overhead  # noqa: E402  (per_call: back-to-back calls, mean)
 import bench_gpu  # noqa: E402  (the shared CUDA-event timer)
 
 
@@ -101,14 +101,7 @@ def graphed(ctx, fn):
 def pipelined_us(ctx, fn, n=200):
     """Mean µs a call over n back-to-back calls (one synchronisation at the end)."""
     with ctx():
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) / n * 1e6
+        return bench_call_overhead.per_call(fn, n=n, warmup=10)
 
 
 def load_flashc(disabled):
