@@ -34,7 +34,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _lib
-from ._core import _check_kvcache_host, _max_seqlen, _ragged_fn, attn_params
+from ._core import _check_kvcache_host, _max_seqlen, _params_key, _ragged_fn, attn_params
 from ._errors import FlashcError, check as _check
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "weighted_sum"]
@@ -138,6 +138,28 @@ def _head_vector(x, q, name):
     return x.detach().to(device=q.device, dtype=want)
 
 
+_FAST_PARAMS = {}
+_FAST_PARAMS_MAX = 256
+
+
+def _fast_params(backend, stream, causal, softmax_scale, window, sink_tokens, softcap, deterministic):
+    """byref(params) of a call without sink logits or slopes, built once per
+    (options, stream) and shared (the library only reads it); None where the
+    options are not plain Python values (the general path handles them)."""
+    key = _params_key(backend, causal, softmax_scale, window, sink_tokens, softcap, deterministic)
+    if key is None:
+        return None
+    key = (key, stream)
+    rp = _FAST_PARAMS.get(key)
+    if rp is None:
+        p = attn_params(backend, stream=stream, causal=bool(causal), softmax_scale=softmax_scale, window=window,
+                        sink_tokens=sink_tokens, softcap=softcap, deterministic=bool(deterministic))
+        if len(_FAST_PARAMS) >= _FAST_PARAMS_MAX:
+            _FAST_PARAMS.clear()
+        rp = _FAST_PARAMS[key] = ctypes.byref(p)  # (the byref object keeps p alive)
+    return rp
+
+
 def _attn_fwd(q, k, v, sinks, alibi_slopes, kw, want_lse):
     """o (and lse, or None) of one forward; sinks / slopes as _head_vector
     made them. lse is skipped (NULL) when want_lse is false."""
@@ -226,6 +248,18 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
     Order of operations (flashc.h): scale, softcap, ALiBi, mask, softmax
     with the sink logit.
     """
+    if sinks is None and alibi_slopes is None and not (torch.is_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad)) and not (
+            _compiled_attention is not None and _is_compiling()):
+        # The inference call (a decode step): params from a cache, no
+        # intermediate dicts or frames — the Python layer is most of a
+        # small call's host time (benchmarks/NOTES.md, fifteenth session).
+        backend, stream = _placement((q, k, v))
+        rp = _fast_params(backend, stream, causal, softmax_scale, window, sink_tokens, softcap, deterministic)
+        if rp is not None:
+            o = _like(q)
+            _check(_lib.flashc_attn_fwd(_desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o"), None, rp))
+            return o
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
               sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic))
     if _compiled_attention is not None and _is_compiling():
