@@ -54,17 +54,24 @@ def kernels(fn, n=20):
     return out
 
 
+def decode_problem(B, Sk):
+    """A decode step's tensors (bf16, one query token, Hq 32, Hkv 8, D 128):
+    q, k, v, their SDPA-layout views qt, kt, vt, an output o, the four
+    descriptors (flashc.torch's bytes) and (backend, stream)."""
+    q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    o = torch.empty_like(q)
+    descs = _desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o")
+    return q, k, v, qt, kt, vt, o, descs, _placement((q, k, v))
+
+
 def main():
     specs = sys.argv[1:] or ["1:8192", "16:8192"]
     print("device: %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__))
     for spec in specs:
         B, Sk = (int(x) for x in spec.split(":"))
-        q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        o = torch.empty_like(q)
-        tq, tk, tv, to = _desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o")
-        be, st = _placement((q, k, v))
+        q, k, v, qt, kt, vt, o, (tq, tk, tv, to), (be, st) = decode_problem(B, Sk)
         p = attn_params(be, stream=st)
         pc = attn_params(_lib.FLASHC_BACKEND_CUDA, stream=st)
         rq, rk, rv, ro = tq, tk, tv, to  # (bytes: passed as they are)

@@ -8,7 +8,11 @@ the main kernel's µs and its read rate (K + V bytes / its time). (Summed
 kernel durations would overcount: flashc's combine kernel is launched as a
 programmatic dependent and its duration includes its wait.)
 
-    python3 benchmarks/prof_decode_kernels.py [B:Sk[:Sq] ...] [--no-cudnn]
+    python3 benchmarks/prof_decode_kernels.py [B:Sk[:Sq] ...] [--no-cudnn] [--kvcache]
+
+--kvcache: every kernel of the dense call, of attention_with_kvcache on a
+contiguous cache appending the last token, and on a paged cache (page 16,
+shuffled pages), as bench_serving.py calls them.
 
 Kernel times only (no host cost: prof_call_decode.py splits that out).
 """
@@ -27,9 +31,34 @@ from prof_call_decode import kernels  # noqa: E402  (µs per call of each kernel
 from prof_decode_trace import gpu_span  # noqa: E402  (one call's first kernel start to last end)
 
 
+def kvcache_rows(B, Sk, Sq):
+    from bench_serving import paged_kv
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, Sq, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kc, vc = k.clone(), v.clone()
+    kn, vn = k[:, -Sq:].clone(), v[:, -Sq:].clone()
+    lens = torch.full((B,), Sk - Sq, dtype=torch.int32, device="cuda")
+    full = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
+    kp, vp, table = paged_kv(torch, k, v, 16, g)
+    runs = [("dense", lambda: ft.attention(q, k, v)),
+            ("cache", lambda: ft.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=lens)),
+            ("paged", lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table))]
+    with torch.no_grad():
+        for name, fn in runs:
+            print("B=%-3d Sk=%-6d Sq=%-2d %s: span %7.1f us" % (B, Sk, Sq, name, gpu_span(fn)), flush=True)
+            for us, key in kernels(fn):
+                print("    %8.1f us  %s" % (us, key), flush=True)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     cudnn = "--no-cudnn" not in sys.argv
+    if "--kvcache" in sys.argv:
+        for spec in args or ["1:8192", "16:8192"]:
+            f = [int(x) for x in spec.split(":")]
+            kvcache_rows(f[0], f[1], f[2] if len(f) > 2 else 1)
+        return
     for spec in args or ["1:8192", "16:8192", "64:4096", "4:65536"]:
         f = [int(x) for x in spec.split(":")]
         B, Sk, Sq = f[0], f[1], (f[2] if len(f) > 2 else 1)

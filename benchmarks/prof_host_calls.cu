@@ -6,10 +6,11 @@
  * the CPU side), with the backend named and AUTO.
  *
  *   nvcc -O2 -std=c++17 -Iinclude benchmarks/prof_host_calls.cu -o /tmp/phc \
- *        -L<dir of libflashc.so> -lflashc && /tmp/phc
+ *        -L<dir of libflashc.so> -lflashc -lcuda && /tmp/phc
  */
 #include <chrono>
 #include <cstdio>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "flashc.h"
@@ -80,6 +81,35 @@ int main() {
     printf("launch, 4-byte param          %7.2f us\n", per_call_us([&] { k_small<<<1, 32, 0, st>>>(1); }, 500));
     Big big = {};
     printf("launch, 1 KB grid_constant    %7.2f us\n", per_call_us([&] { k_big<<<1, 32, 0, st>>>(big); }, 500));
+    /* The same 1 KB launch through the driver (a CUfunction looked up once),
+     * as cuDNN launches; and one launch from an idle GPU (synchronised first). */
+    cudaFunction_t fbig = nullptr;
+    cudaGetFuncBySymbol(&fbig, (const void *)k_big);
+    void *bargs[] = {&big};
+    printf("cuLaunchKernel, 1 KB          %7.2f us\n", per_call_us([&] {
+               cuLaunchKernel((CUfunction)fbig, 1, 1, 1, 32, 1, 1, 0, (CUstream)st, bargs, nullptr);
+           }, 500));
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(1);
+    lc.blockDim = dim3(32);
+    lc.stream = st;
+    printf("cudaLaunchKernelEx, 1 KB      %7.2f us\n",
+           per_call_us([&] { cudaLaunchKernelEx(&lc, k_big, big); }, 500));
+    for (int drv = 0; drv < 2; ++drv) {
+        double best = 1e30, sum = 0;
+        for (int r = 0; r < 200; ++r) {
+            cudaStreamSynchronize(st);
+            const auto t0 = std::chrono::steady_clock::now();
+            if (drv) cuLaunchKernel((CUfunction)fbig, 1, 1, 1, 32, 1, 1, 0, (CUstream)st, bargs, nullptr);
+            else k_big<<<1, 32, 0, st>>>(big);
+            const auto t1 = std::chrono::steady_clock::now();
+            const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+            best = us < best ? us : best;
+            sum += us;
+        }
+        printf("%s from an idle GPU  best %5.2f mean %5.2f us\n", drv ? "cuLaunchKernel" : "<<<>>> launch   ", best,
+               sum / 200);
+    }
     printf("cudaFuncSetAttribute          %7.2f us\n", per_call_us([&] {
                cudaFuncSetAttribute((const void *)k_big, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024);
            }));

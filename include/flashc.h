@@ -44,8 +44,12 @@
  *   FLASHC_ERR_DEVICE_MISMATCH.
  * - Streams: the CUDA backend enqueues work on params.stream (a cudaStream_t;
  *   NULL = the legacy default stream) and returns without synchronising.
- *   Temporary device buffers are stream-ordered. The CPU backend ignores
- *   stream and returns when the result is written.
+ *   Temporary device buffers are stream-ordered. Small ones (up to 1 MiB: a
+ *   split decode's partial results) come from a buffer the CUDA module keeps
+ *   per (device, stream) between calls, outside CUDA graph capture and for at
+ *   most 64 such pairs (up to 2 MiB each, never freed while the module is
+ *   loaded); cudaStreamPerThread and captures allocate per call. The CPU
+ *   backend ignores stream and returns when the result is written.
  *
  * ---------------------------------------------------------------------------
  * Attention (flashc_attn_fwd / flashc_attn_bwd)

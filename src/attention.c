@@ -4,9 +4,15 @@
  * backend resolution, the run — are the fc_attn_* functions declared in
  * core.h; attention_ragged.c (varlen, KV cache) uses them too. */
 #include "core.h"
+#include "common/host_prof.h"
 
 #include <math.h>
 #include <string.h>
+
+#ifdef FLASHC_HOST_PROF
+static _Thread_local uint64_t fc_prof_marks[FC_PROF_N];
+FLASHC_API uint64_t *flashc_host_prof_marks(void) { return fc_prof_marks; }
+#endif
 
 const char *const FC_AXES4[4] = {"B", "S", "H", "D"};
 const char *const FC_AXES3[3] = {"T", "H", "D"};
@@ -257,6 +263,7 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
                                    fc_attn *a, flashc_attn_params *p) {
     memset(a, 0, sizeof *a);
     FC_TRY(fc_check_knobs());
+    FC_PROF_MARK(fc_prof_marks, 4);
     FC_TRY(fc_attn_read_params(user, p));
     FC_TRY(fc_attn_check_qkvo(q, k, v, o, 4, o_is_output, a));
     a->B = q->shape[0];
@@ -284,17 +291,22 @@ static const char *const LSE_AXES[3] = {"B", "Hq", "Sq"};
 FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
                                          const flashc_tensor *o, const flashc_tensor *lse,
                                          const flashc_attn_params *params) {
+    FC_PROF_MARK(fc_prof_marks, 0);
     fc_clear_error();
     fc_attn a;
     flashc_attn_params p;
     FC_TRY(build_problem(q, k, v, o, 1, params, &a, &p));
+    FC_PROF_MARK(fc_prof_marks, 1);
     if (lse) {
         const int64_t want[3] = {a.B, a.Hq, a.Sq};
         FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 1));
     }
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
-    return fc_attn_run(backend, 0, &a);
+    FC_PROF_MARK(fc_prof_marks, 2);
+    const flashc_status s = fc_attn_run(backend, 0, &a);
+    FC_PROF_MARK(fc_prof_marks, 3);
+    return s;
 }
 
 FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,

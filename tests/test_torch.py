@@ -527,3 +527,94 @@ def test_cuda_graph_capture_decode(Sk):
         torch.cuda.synchronize()
         assert torch.equal(out, ft.attention(q, k, v))
         assert not torch.equal(out, eager)
+
+
+@pytest.mark.cuda
+def test_decode_scratch_reused_in_flight():
+    """Split-KV decode calls queued back to back, on one stream and on two,
+    each give the result of the same call run alone. Their partial results
+    live in a buffer the module keeps per stream (flashc.h, "Streams"): reused
+    by the next call and grown for a larger one while earlier kernels may
+    still run, ordered only by the stream — a reuse that broke that order
+    would mix one call's partials into another's output."""
+    if not torch.cuda.is_available() or "cuda" not in flashc.backends():
+        pytest.skip("no CUDA device / backend")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    dt = torch.bfloat16
+    cases = []
+    for B, Sk, Hkv in [(1, 8192, 8), (1, 1024, 8), (2, 16384, 4), (1, 65536, 8), (1, 4096, 2), (3, 2048, 1)]:
+        q = torch.randn(B, 1, 4 * Hkv, 128, device="cuda", dtype=dt, generator=g)
+        k, v = (torch.randn(B, Sk, Hkv, 128, device="cuda", dtype=dt, generator=g) for _ in range(2))
+        cases.append((q, k, v))
+    with torch.no_grad():
+        refs = []
+        for c in cases:
+            refs.append(ft.attention(*c))
+            torch.cuda.synchronize()
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())
+        outs = []
+        for rep in range(3):
+            for i, c in enumerate(cases):
+                s = torch.cuda.current_stream() if rep == 0 else streams[i % 2]
+                with torch.cuda.stream(s):
+                    outs.append((i, ft.attention(*c)))
+        torch.cuda.synchronize()
+    for i, o in outs:
+        assert torch.equal(o, refs[i]), "case %d differs from its call run alone" % i
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("paged", [False, True])
+def test_cuda_graph_capture_kvcache_append(paged):
+    """A KV-cache decode step that appends its token (the append kernel, then
+    the split-KV kernel launched as its programmatic dependent, then the
+    combine) captured in a CUDA graph: each replay appends at the current
+    cache_seqlens and attends like the eager step on a copy of the cache."""
+    if not torch.cuda.is_available() or "cuda" not in flashc.backends():
+        pytest.skip("no CUDA device / backend")
+    dt = torch.bfloat16
+    B, Sc, Hkv, G, D, page = 2, 8192, 2, 4, 128, 16
+    g = torch.Generator(device="cuda").manual_seed(3)
+    kc, vc = (torch.randn(B, Sc, Hkv, D, device="cuda", dtype=dt, generator=g) for _ in range(2))
+    lens = torch.tensor([5000, 7001], dtype=torch.int32, device="cuda")
+    q = torch.randn(B, 1, Hkv * G, D, device="cuda", dtype=dt, generator=g)
+    kn, vn = (torch.randn(B, 1, Hkv, D, device="cuda", dtype=dt, generator=g) for _ in range(2))
+    table = None
+    if paged:  # pages in order b·(Sc/page) + i, stored shuffled
+        npb = Sc // page
+        perm = torch.randperm(B * npb, device="cuda", generator=g)
+        table = perm.view(B, npb).to(torch.int32)
+        kp, vp = (torch.empty(B * npb, page, Hkv, D, device="cuda", dtype=dt) for _ in range(2))
+        kp[perm.long()] = kc.reshape(B * npb, page, Hkv, D)
+        vp[perm.long()] = vc.reshape(B * npb, page, Hkv, D)
+        kc, vc = kp, vp
+
+    def step(kcache, vcache):
+        return ft.attention_with_kvcache(q, kcache, vcache, kn, vn, cache_seqlens=lens, block_table=table)
+
+    with torch.no_grad():
+        k0, v0 = kc.clone(), vc.clone()
+        eager = step(k0, v0)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up off the default stream
+            step(kc.clone(), vc.clone())
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step(kc, vc)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+        assert torch.equal(kc, k0) and torch.equal(vc, v0)  # the token appended in place, as eagerly
+        lens += 1  # the next step: one more cached key, a new token at the new end
+        kn.copy_(torch.randn_like(kn))
+        q.copy_(torch.randn_like(q))
+        k1, v1 = kc.clone(), vc.clone()
+        expect = step(k1, v1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expect)
+        assert torch.equal(kc, k1) and torch.equal(vc, v1)

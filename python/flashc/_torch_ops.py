@@ -48,7 +48,7 @@ def register(ft):
                       window_left: int, window_right: int, sink_tokens: int,
                       softcap: float, deterministic: bool) -> List[torch.Tensor]:
         kw = kw_of(causal, softmax_scale, window_left, window_right, sink_tokens, softcap, deterministic)
-        o, lse = ft._attn_fwd(q, k, v, sinks, alibi_slopes, kw, True)
+        o, lse = ft._attn_fwd(q, k, v, sinks, alibi_slopes, ft._opts(kw), True)
         return [o, lse]
 
     @attention_fwd.register_fake

@@ -28,6 +28,7 @@ copies of inputs) and the params builder the NumPy layer uses
 """
 
 import ctypes
+import struct
 import sys
 
 import torch
@@ -54,23 +55,37 @@ def _code(t, name):
     return code
 
 
-_PACK = _lib.tensor_struct.pack
-_ZEROS = (0,) * _lib.FLASHC_MAX_DIMS
+# One packer a rank: flashc_tensor's bytes with the unused shape / stride
+# slots as pad bytes (zeros), so that a call passes ndim + 2·ndim values and
+# no padding arguments.
+_STRUCTS = tuple(
+    struct.Struct("@Pii%dq%dx%dq%dx" % (n, 8 * (_lib.FLASHC_MAX_DIMS - n), n, 8 * (_lib.FLASHC_MAX_DIMS - n)))
+    for n in range(_lib.FLASHC_MAX_DIMS + 1))
+if any(x.size != _lib.tensor_struct.size for x in _STRUCTS):
+    raise ImportError("flashc.torch: a rank's flashc_tensor packing differs from _lib.tensor_struct")
+_PACKS = tuple(x.pack for x in _STRUCTS)
+_PACKS_INTO = tuple(x.pack_into for x in _STRUCTS)
 
 
-def _desc(t, name, code=None):
+def _desc(t, name, code=None, into=None, off=0):
     """The flashc_tensor describing torch tensor t (strides in elements) as
     its bytes (_lib's tensor_struct), for a tensor passed straight to a
     flashc function; code: its flashc_dtype when known (FLASHC_I32 for index
     tensors). The per-call path: one struct.pack (~1 µs less a tensor than
-    a ctypes structure filled field by field)."""
+    a ctypes structure filled field by field). into: a writable buffer to
+    pack the bytes into at offset off instead (returns None)."""
     shape = t.shape
     nd = len(shape)
     if nd > _lib.FLASHC_MAX_DIMS:
         raise FlashcError(_lib.FLASHC_ERR_SHAPE, "%s has %d dimensions; flashc tensors have at "
                           "most %d" % (name, nd, _lib.FLASHC_MAX_DIMS))
-    pad = _ZEROS[nd:]
-    return _PACK(t.data_ptr(), _code(t, name) if code is None else code, nd, *shape, *pad, *t.stride(), *pad)
+    if code is None:
+        code = _CODES.get(t.dtype)
+        if code is None:
+            code = _code(t, name)  # raises
+    if into is not None:
+        return _PACKS_INTO[nd](into, off, t.data_ptr(), code, nd, *shape, *t.stride())
+    return _PACKS[nd](t.data_ptr(), code, nd, *shape, *t.stride())
 
 
 def _tensor(t, name, code=None):
@@ -79,6 +94,21 @@ def _tensor(t, name, code=None):
     return _lib.flashc_tensor.from_buffer_copy(_desc(t, name, code))
 
 
+# The per-call entries without argtypes: their arguments are descriptor
+# bytes, None or byref objects, which ctypes passes as pointers by itself
+# (~0.7 µs a call less than the argtypes conversions, measured on the H200's
+# host). The bindings in _lib keep their argtypes for every other caller.
+def _raw(name):
+    if not hasattr(_lib.lib, name):
+        return None
+    fn = _lib.lib[name]  # a new function object: _lib's binding is untouched
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_attn_fwd_c = _raw("flashc_attn_fwd")
+_attn_kvcache_fwd_c = _raw("flashc_attn_kvcache_fwd")
+
 # torch's current stream as a raw cudaStream_t without building a Stream
 # object (torch.cuda.current_stream costs ~15 us a call); the public call
 # where this private one is missing.
@@ -86,7 +116,25 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _placement(tensors):
-    """(backend code, stream handle) for tensors that must share one device."""
+    """(backend code, stream handle) for tensors that must share one device
+    (None entries skipped)."""
+    idx = None
+    for t in tensors:  # the common case first: CUDA tensors of one device
+        if t is not None:
+            if not t.is_cuda:
+                return _placement_any(tensors)
+            i = t.get_device()
+            if idx is None:
+                idx = i
+            elif i != idx:
+                return _placement_any(tensors)
+    if idx is None:
+        return _placement_any(tensors)
+    stream = _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(idx).cuda_stream
+    return _lib.FLASHC_BACKEND_CUDA, stream or None
+
+
+def _placement_any(tensors):
     dev = None
     for t in tensors:
         if t is None:
@@ -98,6 +146,8 @@ def _placement(tensors):
             devs = {str(x.device) for x in tensors if x is not None}
             raise FlashcError(_lib.FLASHC_ERR_DEVICE_MISMATCH,
                               "tensors are on different devices: %s" % sorted(devs))
+    if dev is None:
+        raise FlashcError(_lib.FLASHC_ERR_NULL_POINTER, "no tensor given")
     if dev.type == "cuda":
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
         stream = _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
@@ -138,45 +188,63 @@ def _head_vector(x, q, name):
     return x.detach().to(device=q.device, dtype=want)
 
 
-_FAST_PARAMS = {}
-_FAST_PARAMS_MAX = 256
+_PARAMS = {}
+_PARAMS_MAX = 256
 
 
-def _fast_params(backend, stream, causal, softmax_scale, window, sink_tokens, softcap, deterministic):
-    """byref(params) of a call without sink logits or slopes, built once per
-    (options, stream) and shared (the library only reads it); None where the
-    options are not plain Python values (the general path handles them)."""
-    key = _params_key(backend, causal, softmax_scale, window, sink_tokens, softcap, deterministic)
-    if key is None:
+def _params_ref(backend, stream, opts):
+    """byref(params) of a call without sink logits or slopes: built once per
+    (backend, stream, options) and shared (the library only reads it), or
+    None where an option is not a plain Python value (no cache: the caller
+    builds one). opts: (causal, softmax_scale, window, sink_tokens, softcap,
+    deterministic) as the user passed them."""
+    key = (backend, stream, opts)
+    try:
+        rp = _PARAMS.get(key)
+    except TypeError:  # an unhashable option (a window list): no cache
         return None
-    key = (key, stream)
-    rp = _FAST_PARAMS.get(key)
     if rp is None:
+        causal, softmax_scale, window, sink_tokens, softcap, deterministic = opts
+        # Only plain values are keys: a tensor hashes by identity, so an
+        # entry keyed by one could later answer for another of a new value.
+        if _params_key(backend, causal, softmax_scale, window, sink_tokens, softcap, deterministic) is None:
+            return None
         p = attn_params(backend, stream=stream, causal=bool(causal), softmax_scale=softmax_scale, window=window,
                         sink_tokens=sink_tokens, softcap=softcap, deterministic=bool(deterministic))
-        if len(_FAST_PARAMS) >= _FAST_PARAMS_MAX:
-            _FAST_PARAMS.clear()
-        rp = _FAST_PARAMS[key] = ctypes.byref(p)  # (the byref object keeps p alive)
+        if len(_PARAMS) >= _PARAMS_MAX:
+            _PARAMS.clear()
+        rp = _PARAMS[key] = ctypes.byref(p)  # (the byref object keeps p alive)
     return rp
 
 
-def _attn_fwd(q, k, v, sinks, alibi_slopes, kw, want_lse):
+def _opts(kw):
+    """The options tuple of _params_ref from the kw dict that _Attention and
+    the compiled operator carry."""
+    return (kw["causal"], kw["softmax_scale"], kw["window"], kw["sink_tokens"], kw["softcap"],
+            kw.get("deterministic", True))
+
+
+def _attn_fwd(q, k, v, sinks, alibi_slopes, opts, want_lse):
     """o (and lse, or None) of one forward; sinks / slopes as _head_vector
-    made them. lse is skipped (NULL) when want_lse is false."""
+    made them; opts as _params_ref takes them. lse is skipped (NULL) when
+    want_lse is false. The one forward body of every torch path (inference,
+    autograd, the compiled operator)."""
     backend, stream = _placement((q, k, v))
+    rp = _params_ref(backend, stream, opts) if sinks is None and alibi_slopes is None else None
+    if rp is None:
+        causal, softmax_scale, window, sink_tokens, softcap, deterministic = opts
+        rp = ctypes.byref(attn_params(
+            backend, stream=stream, causal=bool(causal), softmax_scale=softmax_scale, window=window,
+            sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic),
+            sinks=_tensor(sinks, "sinks") if sinks is not None else None,
+            alibi_slopes=_tensor(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None))
     o = _like(q)
     lse = None
     if want_lse and q.dim() == 4:  # else the library reports the shape error
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]),
                           dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-    p = attn_params(backend, stream=stream,
-                    sinks=_tensor(sinks, "sinks") if sinks is not None else None,
-                    alibi_slopes=_tensor(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None,
-                    **kw)
-    _check(_lib.flashc_attn_fwd(_desc(q, "q"), _desc(k, "k"),
-                                _desc(v, "v"), _desc(o, "o"),
-                                _desc(lse, "lse") if lse is not None else None,
-                                _ref(p)))
+    _check(_attn_fwd_c(_desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o"),
+                       _desc(lse, "lse") if lse is not None else None, rp))
     return o, lse
 
 
@@ -186,7 +254,7 @@ class _Attention(torch.autograd.Function):
         q, k, v = q.detach(), k.detach(), v.detach()
         s = _head_vector(sinks, q, "sinks")
         a = _head_vector(alibi_slopes, q, "alibi_slopes")
-        o, lse = _attn_fwd(q, k, v, s, a, kw, True)
+        o, lse = _attn_fwd(q, k, v, s, a, _opts(kw), True)
         ctx.save_for_backward(q, k, v, o, lse, s, a)
         ctx.kw = kw
         ctx.sinks_like = (sinks.dtype, sinks.device) if torch.is_tensor(sinks) else None
@@ -251,15 +319,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
     if sinks is None and alibi_slopes is None and not (torch.is_grad_enabled() and (
             q.requires_grad or k.requires_grad or v.requires_grad)) and not (
             _compiled_attention is not None and _is_compiling()):
-        # The inference call (a decode step): params from a cache, no
-        # intermediate dicts or frames — the Python layer is most of a
-        # small call's host time (benchmarks/NOTES.md, fifteenth session).
-        backend, stream = _placement((q, k, v))
-        rp = _fast_params(backend, stream, causal, softmax_scale, window, sink_tokens, softcap, deterministic)
-        if rp is not None:
-            o = _like(q)
-            _check(_lib.flashc_attn_fwd(_desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(o, "o"), None, rp))
-            return o
+        # The inference call (a decode step): straight to the forward body, no
+        # intermediate dict or autograd node — the Python layer is most of a
+        # small call's host time (benchmarks/NOTES.md, sixteenth session).
+        return _attn_fwd(q, k, v, None, None, (causal, softmax_scale, window, sink_tokens, softcap, deterministic),
+                         False)[0]
     kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
               sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic))
     if _compiled_attention is not None and _is_compiling():
@@ -269,11 +333,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, window=(-1, -1), sink_t
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
             torch.is_tensor(sinks) and sinks.requires_grad)):
         return _Attention.apply(q, k, v, sinks, alibi_slopes, kw)
-    # Nothing to differentiate (inference, torch.no_grad): no autograd node,
-    # no logsumexp — the same kernel, less per-call cost (no detach either:
-    # only the storage is read, and nothing here records a graph).
-    return _attn_fwd(q, k, v, _head_vector(sinks, q, "sinks"),
-                     _head_vector(alibi_slopes, q, "alibi_slopes"), kw, False)[0]
+    # Nothing to differentiate, with sink logits or slopes: no autograd node,
+    # no logsumexp (no detach either: only the storage is read, and nothing
+    # here records a graph).
+    return _attn_fwd(q, k, v, _head_vector(sinks, q, "sinks"), _head_vector(alibi_slopes, q, "alibi_slopes"),
+                     (causal, softmax_scale, window, sink_tokens, softcap, deterministic), False)[0]
 
 
 # ------------------------------------------------------------ weighted sum
@@ -341,6 +405,8 @@ def _index(x, q, name):
     device memory)."""
     if x is None:
         return None, None
+    if torch.is_tensor(x) and x.is_cuda and x.dtype == torch.int32 and x.device == q.device:
+        return x, None  # (the decode step's case: nothing to convert or check here)
     if not torch.is_tensor(x):
         x = torch.as_tensor(x)
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
@@ -466,6 +532,41 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
 
 
+# flashc_kvcache: struct_size, then its seven descriptor pointers (NULL = absent).
+_KVCACHE = struct.Struct("@I7P")
+if _KVCACHE.size != ctypes.sizeof(_lib.flashc_kvcache):
+    raise ImportError("flashc.torch: flashc_kvcache packs to %d bytes, its ctypes mirror has %d"
+                      % (_KVCACHE.size, ctypes.sizeof(_lib.flashc_kvcache)))
+_DESC_SIZE = _lib.tensor_struct.size
+
+
+# One buffer a call: the flashc_kvcache, then the descriptors its fields point
+# to (64-bit words: the struct's pointers stay aligned).
+_KV_WORDS = (_KVCACHE.size + 7 * _DESC_SIZE + 7) // 8
+_KvBuf = ctypes.c_uint64 * _KV_WORDS
+
+
+def _kvcache(fields):
+    """byref of a flashc_kvcache whose fields — (tensor or None, name, dtype
+    code or None), in the struct's order — point to descriptors packed after
+    it in the same buffer (the byref object keeps the buffer alive). One
+    buffer and a pack a tensor instead of a ctypes structure and pointer
+    per tensor."""
+    buf = _KvBuf()
+    base = ctypes.addressof(buf)
+    ptrs = []
+    off = _KVCACHE.size
+    for t, name, code in fields:
+        if t is None:
+            ptrs.append(0)
+            continue
+        _desc(t, name, code, buf, off)  # (a slice assignment would copy byte by byte: ~8 µs)
+        ptrs.append(base + off)
+        off += _DESC_SIZE
+    _KVCACHE.pack_into(buf, 0, _KVCACHE.size, *ptrs)
+    return ctypes.byref(buf)
+
+
 def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache_seqlens,
                            block_table=None, cache_batch_idx=None, causal=False,
                            softmax_scale=None, window=(-1, -1), sink_tokens=0, sinks=None,
@@ -482,9 +583,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
     means for attention(), per sequence with Sk = cache_seqlens[b] + Sk_new.
     Returns o [B, Sn, Hq, D].
     """
-    fn = _ragged_fn(_lib.flashc_attn_kvcache_fwd, "flashc_attn_kvcache_fwd")
-    kw = dict(causal=bool(causal), softmax_scale=softmax_scale, window=window,
-              sink_tokens=int(sink_tokens), softcap=softcap)
+    fn = _ragged_fn(_attn_kvcache_fwd_c, "flashc_attn_kvcache_fwd")
     backend, stream = _placement((q, k_cache, v_cache, k_new, v_new))
     if isinstance(cache_seqlens, int):
         cache_seqlens = [cache_seqlens] * (q.shape[0] if q.dim() else 1)
@@ -495,21 +594,22 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
         s_new = k_new.shape[1] if k_new is not None and k_new.dim() == 4 else 0
         _check_kvcache_host(hl, hb, ht, q.shape[0], s_new, tuple(k_cache.shape),
                             tuple(table.shape) if table is not None else None)
-    s = _head_vector(sinks, q, "sinks")
-    a = _head_vector(alibi_slopes, q, "alibi_slopes")
-    cache = _lib.kvcache_default()
-    for field, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k_new", k_new),
-                     ("v_new", v_new)):
-        if t is not None:
-            setattr(cache, field, ctypes.pointer(_tensor(t, field)))
-    for field, t in (("cache_seqlens", lens), ("cache_batch_idx", bidx), ("block_table", table)):
-        if t is not None:
-            setattr(cache, field, ctypes.pointer(_tensor(t, field, _lib.FLASHC_I32)))
+    I32 = _lib.FLASHC_I32
+    cache = _kvcache(((k_cache, "k_cache", None), (v_cache, "v_cache", None), (lens, "cache_seqlens", I32),
+                             (k_new, "k_new", None), (v_new, "v_new", None), (bidx, "cache_batch_idx", I32),
+                             (table, "block_table", I32)))
     o = _like(q)
-    p = attn_params(backend, stream=stream,
-                    sinks=_tensor(s, "sinks") if s is not None else None,
-                    alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None, **kw)
-    _check(fn(_desc(q, "q"), _ref(cache), _desc(o, "o"), None, _ref(p)))
+    opts = (causal, softmax_scale, window, sink_tokens, softcap, True)
+    rp = _params_ref(backend, stream, opts) if sinks is None and alibi_slopes is None else None
+    if rp is None:
+        s = _head_vector(sinks, q, "sinks")
+        a = _head_vector(alibi_slopes, q, "alibi_slopes")
+        rp = ctypes.byref(attn_params(backend, stream=stream,
+                                      sinks=_tensor(s, "sinks") if s is not None else None,
+                                      alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
+                                      causal=bool(causal), softmax_scale=softmax_scale, window=window,
+                                      sink_tokens=int(sink_tokens), softcap=softcap))
+    _check(fn(_desc(q, "q"), cache, _desc(o, "o"), None, rp))
     if (k_new is not None or v_new is not None) and _increment_version is not None:
         # Written through raw pointers: tell autograd the caches changed
         # (inference tensors have no version counter).

@@ -111,24 +111,47 @@ static const fc_knob_spec fc_knob_specs[] = {
     {"FLASHC_WSUM_VARIANT", fc_knob_bool_names, "0, 1"},
 };
 
+#ifdef __cplusplus
+extern "C" char **environ;
+#else
+extern char **environ;
+#endif
+
+/* Whether value e is one that spec s accepts (unset and empty are checked by the caller). */
+static inline int fc_knob_accepts(const fc_knob_spec *s, const char *e) {
+    if (s->names) {
+        for (int i = 0; s->names[i]; ++i)
+            if (strcmp(e, s->names[i]) == 0) return 1;
+        return 0;
+    }
+    char *end = NULL;
+    const long n = strtol(e, &end, 10);
+    return end != e && *end == '\0' && n >= 0;
+}
+
 /* The first knob whose value it does not accept (its spec; *value gets the
- * value), or NULL when every set knob is valid. Unset and empty are valid. */
+ * value), or NULL when every set knob is valid. Unset and empty are valid.
+ * One pass over the environment (every compute call runs this: a getenv per
+ * knob would scan it once per knob); where a variable appears twice, the
+ * first entry counts, as for getenv. */
 static inline const fc_knob_spec *fc_knobs_invalid(const char **value) {
-    for (size_t k = 0; k < sizeof fc_knob_specs / sizeof *fc_knob_specs; ++k) {
-        const fc_knob_spec *s = &fc_knob_specs[k];
-        const char *e = getenv(s->var);
-        if (!e || !*e) continue;
-        int ok = 0;
-        if (s->names) {
-            for (int i = 0; s->names[i] && !ok; ++i) ok = strcmp(e, s->names[i]) == 0;
-        } else {
-            char *end = NULL;
-            const long n = strtol(e, &end, 10);
-            ok = end != e && *end == '\0' && n >= 0;
-        }
-        if (!ok) {
-            *value = e;
-            return s;
+    enum { NSPEC = sizeof fc_knob_specs / sizeof *fc_knob_specs };
+    unsigned seen = 0;
+    for (char **ep = environ; ep && *ep; ++ep) {
+        const char *e = *ep;
+        if (e[0] != 'F' || strncmp(e, "FLASHC_", 7) != 0) continue;
+        const char *eq = strchr(e, '=');
+        if (!eq) continue;
+        const size_t n = (size_t)(eq - e);
+        for (unsigned k = 0; k < NSPEC; ++k) {
+            const fc_knob_spec *s = &fc_knob_specs[k];
+            if (strlen(s->var) != n || memcmp(s->var, e, n) != 0) continue;
+            if (!(seen & (1u << k)) && eq[1] && !fc_knob_accepts(s, eq + 1)) {
+                *value = eq + 1;
+                return s;
+            }
+            seen |= 1u << k;
+            break;
         }
     }
     return NULL;

@@ -25,6 +25,7 @@
  * (m = −inf, O not written and never read).
  */
 #include "attn_decode.cuh"
+#include "common/host_prof.h"
 
 #include <limits.h>
 #include <math.h>
@@ -116,6 +117,7 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
     dec_pdl_trigger();
     DecCta<RB, BN> c;
     if (!c.init(p, da)) return;
+    dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
     DecWarp<T, K, MOD> w;
     w.init(p, c, smem_u32(sQ), lane);
 
@@ -311,6 +313,7 @@ flashc_status fcdec::decode_scratch(const fcc_attn &p, const DecPlan &pl, DecArg
         da->part_ml = *scr;
         da->part_o = *scr + 2 * n;
     }
+    FC_PROF_MARK(fcc_prof_marks, 4);
     return FLASHC_OK;
 }
 
@@ -318,25 +321,21 @@ flashc_status fcdec::decode_combine(const fcc_attn &p, const DecPlan &pl, const 
                                     flashc_status s) {
     cudaStream_t st = fcc_stream(p.a.stream);
     if (s == FLASHC_OK && pl.nsplit > 1) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)pl.combine_grid);
-        cfg.blockDim = dim3(32 * CMB_WARPS);
-        cfg.stream = st;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = p.dev.cc >= 90 ? 1 : 0; /* programmatic dependent launch (dec_pdl_wait) */
-        const cudaError_t e = p.a.dtype == FLASHC_BF16
-                                  ? cudaLaunchKernelEx(&cfg, attn_decode_combine_kernel<__nv_bfloat16>, p, da)
-                                  : cudaLaunchKernelEx(&cfg, attn_decode_combine_kernel<__half>, p, da);
+        const unsigned grid = (unsigned)pl.combine_grid, block = 32 * CMB_WARPS;
+        const bool pdl = p.dev.cc >= 90; /* (dec_pdl_wait) */
+        const cudaError_t e =
+            p.a.dtype == FLASHC_BF16
+                ? dec_launch(attn_decode_combine_kernel<__nv_bfloat16>, grid, block, 0, st, pdl, p, da)
+                : dec_launch(attn_decode_combine_kernel<__half>, grid, block, 0, st, pdl, p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_combine_kernel");
     }
+    FC_PROF_MARK(fcc_prof_marks, 7);
     if (scr) {
         /* Stream-ordered: freed after the kernels above have run. */
         const cudaError_t e = fcc_scratch_free(scr, st);
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
     }
+    FC_PROF_MARK(fcc_prof_marks, 8);
     return s;
 }
 
@@ -356,8 +355,8 @@ template <typename T, class K> static flashc_status run(const fcc_attn &p, const
     auto kern = mod ? attn_decode_kernel<T, K, true> : attn_decode_kernel<T, K, false>;
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode");
     if (s == FLASHC_OK) {
-        kern<<<(unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(p, da);
-        const cudaError_t e = cudaGetLastError();
+        const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
+                                         dec_after_append(p), p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_kernel");
     }
     return decode_combine(p, pl, da, scr, s);

@@ -39,6 +39,9 @@
 
 #include <math.h>
 
+/* The condition fcc_kv_append_run launches its kernel under (attn_ragged.cu). */
+bool fcc_kv_append_launches(const fc_attn *a);
+
 namespace fcdec {
 using namespace fctc;
 
@@ -58,7 +61,11 @@ struct DecArgs {
  * under the split kernel (B = 1, Sk = 8k: the call's GPU time, first kernel
  * start to last end, 13.5 → 11.8 µs; cuDNN's 13.5–14.6). Both instructions
  * are no-ops below sm_90 and where the combine was launched without the
- * attribute (decode_combine sets it on compute capability ≥ 9.0). */
+ * attribute (decode_combine sets it on compute capability ≥ 9.0). The same
+ * pair orders a KV-cache call (flashc_attn_kvcache_fwd with k_new): the
+ * append kernel triggers at its start, the split kernel is launched
+ * dependent on it and waits before its first K/V load, so its launch and
+ * prologue overlap the append. */
 __device__ __forceinline__ void dec_pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -69,6 +76,32 @@ __device__ __forceinline__ void dec_pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+/* Launches kern<<<grid, block, smem, st>>>(args...); pdl: as a programmatic
+ * dependent of the kernel before it on st (the split kernel after the KV
+ * append, which triggers at its start; the combine after the split kernel),
+ * on compute capability ≥ 9.0 — the kernel then calls dec_pdl_wait before it
+ * reads what the one before wrote. */
+template <class... KArgs, class... Args>
+static cudaError_t dec_launch(void (*kern)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t st,
+                              bool pdl, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<Args &&>(args)...);
+}
+
+/* Whether fcc_kv_append_run launched its kernel for this problem, right
+ * before the decode kernel on the same stream: the decode kernel is then
+ * launched as its dependent. */
+static inline bool dec_after_append(const fcc_attn &p) { return p.dev.cc >= 90 && fcc_kv_append_launches(&p.a); }
 
 /* Index of (b, hk, split, r) in the scratch. */
 __device__ __forceinline__ int64_t part_index(const DecArgs &da, int64_t b, int hk, int Hkv, int split, int r) {

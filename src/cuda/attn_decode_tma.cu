@@ -128,6 +128,7 @@ __global__ void __launch_bounds__(K::NT, 2)
         if (lane == 0) {
             const fc_attn &a = p.a;
             const int Sk = (int)c.seq.Sk;
+            dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
             for (int n = 0; n < nt; ++n) {
                 const int s = n % ST;
                 if (n >= ST) mbar_wait(empty + 8 * s, ((n / ST) - 1) & 1);
@@ -233,8 +234,8 @@ static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode_tma");
     if (s == FLASHC_OK) {
         const int ch = paged ? paged_box_rows(TMA_BN, p.a.page_size) : TMA_BN;
-        kern<<<(unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tk, tv, p, da, ch);
-        const cudaError_t e = cudaGetLastError();
+        const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
+                                         dec_after_append(p), tk, tv, p, da, ch);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_tma_kernel");
     }
     return decode_combine(p, pl, da, scr, s);

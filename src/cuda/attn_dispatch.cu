@@ -23,9 +23,15 @@
 #include "attn_params.cuh"
 #include "attn_ragged.cuh"
 #include "common/knobs.h"
+#include "common/host_prof.h"
 
 #include <atomic>
 #include <stdint.h>
+
+#ifdef FLASHC_HOST_PROF
+thread_local uint64_t fcc_prof_marks[FC_PROF_N];
+extern "C" __attribute__((visibility("default"))) uint64_t *flashc_cuda_host_prof_marks(void) { return fcc_prof_marks; }
+#endif
 
 /* The device's opt-in limit, capped by FLASHC_CUDA_SMEM_LIMIT (common/knobs.h). */
 static int smem_cap(int optin) {
@@ -139,9 +145,13 @@ flashc_status fcc_attn_fwd(const fc_attn *a) {
     /* KV append first, on the stream: the attention below reads the cache. */
     if (a->k_new) FCC_TRY(fcc_kv_append_run(a));
     if (a->Sq == 0) return FLASHC_OK;
+    FC_PROF_MARK(fcc_prof_marks, 0);
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, false, &p));
-    switch (fcc_plan_fwd(p, fc_knob_cuda_kernel())) {
+    FC_PROF_MARK(fcc_prof_marks, 1);
+    const fcc_fwd_kernel kern = fcc_plan_fwd(p, fc_knob_cuda_kernel());
+    FC_PROF_MARK(fcc_prof_marks, 2);
+    switch (kern) {
     case FCC_FWD_DECODE: return fcc_fwd_decode_run(p);
     case FCC_FWD_DECODE_TMA: return fcc_fwd_decode_tma_run(p);
     case FCC_FWD_WGMMA: return fcc_fwd_wgmma_run(p);

@@ -17,6 +17,11 @@
 
 /* ------------------------------------------------------------- append */
 template <class T> __global__ void __launch_bounds__(256) fcc_kv_append_kernel(const __grid_constant__ fc_attn a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* The decode kernel after it may start (it waits for this grid before reading the cache:
+     * attn_decode.cuh, dec_launch). */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     const int lane = threadIdx.x & 31;
     const int64_t nrows = a.B * a.S_new * a.Hkv;
     for (int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); row < nrows; row += (int64_t)gridDim.x * 8) {
@@ -37,8 +42,12 @@ template <class T> __global__ void __launch_bounds__(256) fcc_kv_append_kernel(c
     }
 }
 
+bool fcc_kv_append_launches(const fc_attn *a) {
+    return a->k_new && a->v_new && a->seqlen_k && a->S_new > 0 && a->B > 0 && a->Sk > 0;
+}
+
 flashc_status fcc_kv_append_run(const fc_attn *a) {
-    if (!a->k_new || !a->v_new || !a->seqlen_k || a->S_new <= 0 || a->B <= 0 || a->Sk <= 0) return FLASHC_OK;
+    if (!fcc_kv_append_launches(a)) return FLASHC_OK;
     const int64_t want = (a->B * a->S_new * a->Hkv + 7) / 8; /* 8 rows per block */
     const unsigned grid = (unsigned)std::min<int64_t>(want, 65535 * 8);
     FCC_DISPATCH_DTYPE(a->dtype, fcc_kv_append_kernel<T><<<grid, 256, 0, fcc_stream(a->stream)>>>(*a));
