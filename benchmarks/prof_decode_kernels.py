@@ -13,6 +13,9 @@ programmatic dependent and its duration includes its wait.)
 --kvcache: every kernel of the dense call, of attention_with_kvcache on a
 contiguous cache appending the last token, and on a paged cache (page 16,
 shuffled pages), as bench_serving.py calls them.
+--paged: the paged decode kernel's µs and read rate for page sizes 16..256,
+pages in order and shuffled, beside the dense kernel (what bounds it:
+box size vs the scattered pages).
 
 Kernel times only (no host cost: prof_call_decode.py splits that out).
 """
@@ -51,9 +54,40 @@ def kvcache_rows(B, Sk, Sq):
                 print("    %8.1f us  %s" % (us, key), flush=True)
 
 
+def paged_rows(B, Sk):
+    q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kv_bytes = 2 * k.numel() * k.element_size()
+    full = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
+
+    def main_us(fn):
+        ks = sorted((e for e in kernels(fn) if "combine" not in e[1]), key=lambda e: -e[0])
+        return ks[0][0]
+
+    with torch.no_grad():
+        us = main_us(lambda: ft.attention(q, k, v))
+        print("B=%-3d Sk=%-6d dense            %7.1f us  %.2f TB/s" % (B, Sk, us, kv_bytes / us / 1e6), flush=True)
+        for page in (16, 32, 64, 256):
+            npb = Sk // page
+            for shuffled in (False, True):
+                order = torch.randperm(B * npb, device="cuda") if shuffled else torch.arange(B * npb, device="cuda")
+                table = order.view(B, npb).to(torch.int32)
+                kp, vp = (torch.empty(B * npb, page, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                kp[order] = k.reshape(B * npb, page, 8, 128)
+                vp[order] = v.reshape(B * npb, page, 8, 128)
+                us = main_us(lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table))
+                print("B=%-3d Sk=%-6d page %-3d %-9s %7.1f us  %.2f TB/s" % (
+                    B, Sk, page, "shuffled" if shuffled else "in order", us, kv_bytes / us / 1e6), flush=True)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     cudnn = "--no-cudnn" not in sys.argv
+    if "--paged" in sys.argv:
+        for spec in args or ["16:8192", "4:65536"]:
+            f = [int(x) for x in spec.split(":")]
+            paged_rows(f[0], f[1])
+        return
     if "--kvcache" in sys.argv:
         for spec in args or ["1:8192", "16:8192"]:
             f = [int(x) for x in spec.split(":")]

@@ -7,7 +7,8 @@
  *
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], KV caches [Bk, Sc, Hkv, D] with
  *   per-sequence lengths, packed keys [Tk, Hkv, D] (cu_seqlens_k) or pages
- *   [pages, page_size, Hkv, D] (page_size a multiple of 16) -> o, lse.
+ *   [pages, page_size, Hkv, D] (page_size a multiple of 32, the tile; pages
+ *   of 16 rows take the cp.async kernel, attn_decode.cu) -> o, lse.
  *
  * Why. The cp.async kernel keeps at most (stages − 1) 16-key tiles a warp in
  * flight and spends its warps' issue slots on 16-byte copies. Here one
@@ -249,7 +250,11 @@ bool fcc_fwd_decode_tma_supports(const fcc_attn &p) {
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     /* TMA: 16-byte aligned rows and strides (vec16), D % 8 == 0 (vec16), int32 coordinates. */
     if (!p.vec16 || fcwg::encode_fn() == nullptr) return false;
-    if (a.block_table && a.page_size % 16 != 0) return false;
+    /* Paged: pages of whole tiles only. A page of 16 rows (the only other size a box could
+     * take: ch = gcd(BN, page_size)) halves the boxes and ran at 3.05 TB/s whether the pages
+     * were in order or shuffled, against 4.2–4.3 from 32 rows on and 3.85 for the cp.async
+     * kernel (H200, B=16 Sk=8k / B=4 Sk=64k, prof_decode_kernels.py --paged): those take it. */
+    if (a.block_table && a.page_size % TMA_BN != 0) return false;
     int64_t e0, e1;
     kv_extents(a, &e0, &e1);
     if (e0 > INT_MAX || e1 > INT_MAX - 256) return false;
