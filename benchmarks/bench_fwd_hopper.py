@@ -5,7 +5,7 @@ compute capability 9.0) next to flashc's mma.sync kernel
 run on the PERF.md shapes (bf16 and fp16, 16k tokens, B = 16384/S,
 Hq = 2048/D). Reuses bench_gpu.py's timing and flashc call helpers.
 
-    python3 benchmarks/bench_fwd_hopper.py [--full] [--json PATH] [--dims 64,128] [--seqs S,...]
+    python3 benchmarks/bench_fwd_hopper.py [--full] [--json PATH] [--dims 64,128] [--seqs S,...] [--no-mma]
 """
 import argparse
 import importlib.util
@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--dims", default="64,128", help="head dims, comma-separated (Hq = 2048 // D)")
     ap.add_argument("--seqs", default=None, help="sequence lengths, comma-separated")
+    ap.add_argument("--no-mma", action="store_true", help="skip the mma.sync kernel's column")
     args = ap.parse_args()
     L, why = bg.load_flashc()
     if L is None:
@@ -53,7 +54,8 @@ def main():
                     fl = 4.0 * B * H * S * S * D / (2 if causal else 1)
                     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
                     r = {"dtype": str(dt).split(".")[-1], "D": D, "causal": causal, "S": S}
-                    for name, kern in (("wgmma", None), ("mma", "mma")):
+                    r["mma"] = float("nan")
+                    for name, kern in (("wgmma", None),) + (() if args.no_mma else (("mma", "mma"),)):
                         if kern:
                             os.environ["FLASHC_CUDA_KERNEL"] = kern
                         else:

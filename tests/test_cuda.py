@@ -770,19 +770,20 @@ def test_wgmma_forward_4096(rng, D, dtype, causal):
     _wg_fwd_case(rng, 1, 4096, 4096, 4, 2, D, dtype, rows=rows, causal=causal)
 
 
-# Head dims the wgmma forward pads (by the tensor maps' zero fill) or runs
-# with 64-key tiles (HD = 192, 256): every case of the sweep at D = 96, 192
-# and 256, others at a few more D (D % 8 == 0 takes wgmma; 100 stays on
-# mma.sync).
+# Head dims the wgmma forward pads (by the tensor maps' zero fill), runs at
+# a product width below the tiles' (80, 96: WgTraits::DV) or with 64-key
+# tiles (HD = 192, 256): every case of the sweep at D = 80, 96, 192 and 256,
+# others at a few more D (D % 8 == 0 takes wgmma; 100 stays on mma.sync;
+# 72 and 88 run at widths 80 and 96 with zero-filled columns).
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("D", [96, 192, 256])
+@pytest.mark.parametrize("D", [80, 96, 192, 256])
 @pytest.mark.parametrize("name", list(_WG_FWD_CASES))
 def test_wgmma_forward_padded_and_wide(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_FWD_CASES[name]
     _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
 
 
-@pytest.mark.parametrize("D", [8, 40, 80, 136, 192, 200, 248, 100])
+@pytest.mark.parametrize("D", [8, 40, 72, 80, 88, 112, 136, 192, 200, 248, 100])
 def test_wgmma_forward_head_dims(rng, D):
     _wg_fwd_case(rng, 1, 300, 333, 4, 2, D, "bfloat16", causal=True)
     _wg_fwd_case(rng, 1, 130, 200, 4, 2, D, "float16", layout="bhsd", window=(40, 3), sink_tokens=2)

@@ -1,7 +1,8 @@
 /*
  * attn_bwd_wgmma.cu — Hopper (sm_90a) attention backward for F16/BF16,
  * D ≤ 256 (zero-padded to HD = 64, 128, 192 or 256 by the tensor maps;
- * HD > 128: the wide kernel, section "wide heads" below): warpgroup MMA
+ * D in (64, 96]: Sᵀ, dPᵀ, dV and dK at width 96, KvTraits::DV; HD > 128:
+ * the wide kernel, section "wide heads" below): warpgroup MMA
  * (wgmma) fed by TMA, warp-specialised like the forward (attn_fwd_wgmma.cu).
  * Compiled only for sm_90a; the plan (attn_dispatch.cu) picks it when
  * fcc_bwd_wgmma_supports() holds (compute capability 9.0 among its
@@ -83,13 +84,13 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *m, uin
 /* acc (m64 × N, N = 8·NJ) = A·Bᵀ over HD: A = 64 rows at a (column blocks
  * astride bytes apart), B = N rows at bsm (column blocks bstride apart),
  * both K-major 128B-swizzled. Issued and committed, not waited for. */
-template <typename T, int HD, int NJ>
+template <typename T, int KD, int NJ>
 __device__ __forceinline__ void issue_abt(float (&acc)[NJ][4], uint32_t a, int astride, uint32_t bsm, int bstride) {
     static_assert(NJ == 8, "m64n64");
     wg_fence();
     const uint64_t da0 = sw128_desc(a, 16, 1024), db0 = sw128_desc(bsm, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
+    for (int kk = 0; kk < KD / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
         const uint64_t da = desc_add(da0, (kk >> 2) * astride + koff);
         const uint64_t db = desc_add(db0, (kk >> 2) * bstride + koff);
@@ -128,9 +129,15 @@ template <int NJ> __device__ __forceinline__ void zero_acc(float (&acc)[NJ][4]) 
 enum { DQ_ORDERED = 1, /* in a fixed order of key blocks per tile: deterministic (the default) */
        DQ_ATOMIC = 2 };/* in whatever order the CTAs come (deterministic = 0) */
 
-template <int HD_, int DQM_> struct KvTraits {
+template <int HD_, int DQM_, int DV_ = HD_> struct KvTraits {
     static constexpr int HD = HD_;
     static constexpr int DQM = DQM_;
+    /* DV: the width of Sᵀ's and dPᵀ's k16 steps and of dV, dK (D rounded up:
+     * 96 for D in (64, 96] at HD 128, 0.75 of the padded products' work);
+     * dQ = dS·K keeps HD (each warpgroup one 64-column block of the K tile;
+     * a 48-column half would straddle the tile's swizzle atoms). */
+    static constexpr int DV = DV_;
+    static_assert(DV == HD || (HD == 128 && DV == 96), "DV: HD, or 96 at HD 128");
     static constexpr int BN = 128; /* keys per CTA: 64 per consumer warpgroup */
     static constexpr int BQ = 64;  /* query rows per tile (tiles on the 64-row grid) */
     /* stages of the Q/dO/L/Δ ring (2 at HD = 128: the dQ buffers take the room) */
@@ -367,7 +374,7 @@ __global__ void __launch_bounds__(384, 1)
                           const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
                           float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
+    constexpr int HD = K::HD, DV = K::DV, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     extern __shared__ unsigned char smem_raw[];
     /* K/V; tile full, empty; dQ tile full, empty; K/V landed (SCRUB) */
@@ -487,7 +494,7 @@ __global__ void __launch_bounds__(384, 1)
         const int key0 = kc0 + warp * 16 + g;    /* this thread's: key0, key0 + 8 */
         const uint32_t kA = sK + cw * 64 * 128, vA = sV + cw * 64 * 128;
 
-        float acc_dk[HD / 8][4], acc_dv[HD / 8][4], acc_s[BQ / 8][4], acc_dp[BQ / 8][4];
+        float acc_dk[DV / 8][4], acc_dv[DV / 8][4], acc_s[BQ / 8][4], acc_dp[BQ / 8][4];
         zero_acc(acc_dk);
         zero_acc(acc_dv);
         zero_acc(acc_s); /* once: defined for the "+f" operands */
@@ -499,8 +506,8 @@ __global__ void __launch_bounds__(384, 1)
          * edge (the forward's shape; ptxas serialises wgmmas otherwise). */
         auto issue_dkv = [&](int it) { /* [dV, dK] += [Pᵀ, dSᵀ]·[dO, Q] of tile it (pa, da) */
             const int st = it % ST;
-            issue_ab<T, HD, BQ / 16, BQ>(acc_dv, pa, sdO + st * K::T_BYTES); /* dV += Pᵀ dO */
-            issue_ab<T, HD, BQ / 16, BQ>(acc_dk, da, sQ + st * K::T_BYTES);  /* dK += dSᵀ Q */
+            issue_ab<T, DV, BQ / 16, BQ>(acc_dv, pa, sdO + st * K::T_BYTES); /* dV += Pᵀ dO */
+            issue_ab<T, DV, BQ / 16, BQ>(acc_dk, da, sQ + st * K::T_BYTES);  /* dK += dSᵀ Q */
             wg_commit();
         };
         if (n_iter > 0) mbar_wait(barKV, 0);
@@ -519,8 +526,8 @@ __global__ void __launch_bounds__(384, 1)
              * notwithstanding; the MOD variants at HD 128 also spilled. */
             int h, i0;
             tile_of(it, h, i0);
-            issue_abt<T, HD>(acc_s, kA, BN * 128, sQ + st * K::T_BYTES, BQ * 128);   /* Sᵀ = K Qᵀ */
-            issue_abt<T, HD>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128); /* dPᵀ = V dOᵀ */
+            issue_abt<T, DV>(acc_s, kA, BN * 128, sQ + st * K::T_BYTES, BQ * 128);   /* Sᵀ = K Qᵀ */
+            issue_abt<T, DV>(acc_dp, vA, BN * 128, sdO + st * K::T_BYTES, BQ * 128); /* dPᵀ = V dOᵀ */
             wg_wait<1>(); /* Sᵀ landed */
             acc_fence(acc_s);
             /* Does every row of the tile see every key of the warpgroup's 64? */
@@ -632,14 +639,14 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
 
-        if (partial) { /* fp32 dK (unscaled), dV of the chunk; rows key0 − n0, + 8 */
+        if (partial) { /* fp32 dK (unscaled), dV of the chunk; rows key0 − n0, + 8; columns < DV (≥ D) */
             float *pk = sp.part + ((((int64_t)b * p.Hkv + hk) * sp.nsb + kb) * sp.nc + id.chunk) * (2 * BN * HD);
             float *pv = pk + BN * HD;
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = key0 + 8 * hf - n0;
 #pragma unroll
-                for (int j = 0; j < HD / 8; ++j) {
+                for (int j = 0; j < DV / 8; ++j) {
                     const int col = j * 8 + 2 * t4;
                     *reinterpret_cast<float2 *>(pk + r * HD + col) = make_float2(acc_dk[j][2 * hf], acc_dk[j][2 * hf + 1]);
                     *reinterpret_cast<float2 *>(pv + r * HD + col) = make_float2(acc_dv[j][2 * hf], acc_dv[j][2 * hf + 1]);
@@ -663,7 +670,7 @@ __global__ void __launch_bounds__(384, 1)
                 if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
             }
 #pragma unroll
-            for (int j = 0; j < HD / 8; ++j) {
+            for (int j = 0; j < DV / 8; ++j) {
                 const int col = j * 8 + 2 * t4;
                 store_pair(dkr, col, p.D, acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f, p.out_pairs);
                 store_pair(dvr, col, p.D, acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv, p.out_pairs);
@@ -1198,7 +1205,7 @@ static Split plan_split(const fcc_attn &p, int nkb, int order, int dqm, int BN) 
 /* The key block of the kernel at HD: 64 keys at HD = 192, 256, else 128. */
 static constexpr int block_keys(int HD) { return HD > 128 ? 64 : 128; }
 
-template <typename T, int HD, int V>
+template <typename T, int HD, int V, int DV = HD>
 static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, const float *Db, int dqm,
                             const DqScratch &dq) {
     cudaStream_t st = fcc_stream(p.a.stream);
@@ -1244,7 +1251,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     if constexpr (HD > 128)
         s = dqm == DQ_ORDERED ? run_kv(WideTraits<HD, DQ_ORDERED>()) : run_kv(WideTraits<HD, DQ_ATOMIC>());
     else
-        s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED>()) : run_kv(KvTraits<HD, DQ_ATOMIC>());
+        s = dqm == DQ_ORDERED ? run_kv(KvTraits<HD, DQ_ORDERED, DV>()) : run_kv(KvTraits<HD, DQ_ATOMIC, DV>());
     if (sp.part) {
         const cudaError_t e = fcc_scratch_free(sp.part, st);
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
@@ -1265,7 +1272,7 @@ static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb,
         constexpr int V = decltype(v)::value;
         switch (padded(p.D)) {
         case 64: return launch<T, 64, V>(p, m, Lb, Db, dqm, dq);
-        case 128: return launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
+        case 128: return p.D <= 96 ? launch<T, 128, V, 96>(p, m, Lb, Db, dqm, dq) : launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
         case 192: return launch<T, 192, V>(p, m, Lb, Db, dqm, dq);
         default: return launch<T, 256, V>(p, m, Lb, Db, dqm, dq);
         }

@@ -39,9 +39,6 @@
 
 #include <math.h>
 
-/* The condition fcc_kv_append_run launches its kernel under (attn_ragged.cu). */
-bool fcc_kv_append_launches(const fc_attn *a);
-
 namespace fcdec {
 using namespace fctc;
 
@@ -249,12 +246,7 @@ template <typename T, class K, bool MOD> struct DecWarp {
     template <class KA, class VA> __device__ __forceinline__ void tile(int n0, KA kaddr, VA vaddr) {
         /* S = Q·Kᵀ: RB rows × BN keys */
         float s[MT][NJ][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.f;
+        zero_frags(s);
         const int q_off = (lane & 15) * LD + (lane >> 4) * 8;
 #pragma unroll
         for (int kk = 0; kk < NKK; ++kk) {

@@ -31,9 +31,9 @@
  * tensor's extent (TMA's out-of-bounds fill), else whatever the cache or
  * the packed batch holds there — masked, and their V values scrubbed of
  * NaN/Inf on those (partial) tiles by the tile step, as the keys a row
- * cannot see (attn_fwd_tile.cuh). Paged: a tile's rows come in boxes of
- * CH = gcd(BN, page_size) rows, each from its own page (block table entries
- * clamped to [0, Bk), rows past the end take the last key's page).
+ * cannot see (attn_fwd_tile.cuh). Paged (pages of a multiple of BN rows): a
+ * tile is one box from one page (block table entries clamped to [0, Bk),
+ * tiles past the end take the last key's page).
  */
 #include "attn_decode.cuh"
 #include "attn_wgmma.cuh"
@@ -92,11 +92,12 @@ template <int NW> __device__ __forceinline__ void consumers_sync() {
 }
 
 /* One CTA: row block, key split, kv head, sequence (DecCta). PAGED: k/v are
- * pages read through the block table in boxes of ch rows. */
+ * pages of a multiple of BN rows (supports()), read through the block table,
+ * a tile one box from one page. */
 template <typename T, class K, bool MOD, bool PAGED>
 __global__ void __launch_bounds__(K::NT, 2)
     attn_decode_tma_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                           const __grid_constant__ fcc_attn p, const DecArgs da, const int ch) {
+                           const __grid_constant__ fcc_attn p, const DecArgs da) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BN = K::BN, RB = K::RB, NW = K::NW, ST = K::ST, NDB = K::NDB;
     extern __shared__ unsigned char smem_raw[];
@@ -136,25 +137,23 @@ __global__ void __launch_bounds__(K::NT, 2)
                 mbar_expect_tx(full + 8 * s, K::STAGE);
                 const uint32_t dk = base + s * K::STAGE, dv = dk + K::KV_BYTES;
                 const int key0 = c.tile_key0(c.k0 + n);
-                for (int r = 0; r < BN; r += (PAGED ? ch : BN)) {
-                    int row, b4;
-                    if (PAGED) {
-                        /* The box of ch keys from key0 + r lies in one page (ch divides the page
-                         * size and key0 + r); past the sequence's end, the box of its last key. */
-                        const int ps = (int)a.page_size;
-                        const int j = min(key0 + r, (Sk - 1) / ch * ch); /* Sk ≥ 1: the split has tiles */
-                        const int pi = j / ps;
-                        b4 = (int)fc_clamp64(a.block_table[c.b * a.sbt[0] + pi * a.sbt[1]], 0, a.Bk - 1);
-                        row = j - pi * ps;
-                    } else {
-                        row = (int)c.seq.k_row + key0 + r;
-                        b4 = (int)c.seq.kb;
-                    }
+                int row, b4;
+                if (PAGED) {
+                    /* The tile's BN keys lie in one page (BN divides the page size and key0);
+                     * past the sequence's end, the tile of its last key. */
+                    const int ps = (int)a.page_size;
+                    const int j = min(key0, (Sk - 1) / BN * BN); /* Sk ≥ 1: the split has tiles */
+                    const int pi = j / ps;
+                    b4 = (int)fc_clamp64(a.block_table[c.b * a.sbt[0] + pi * a.sbt[1]], 0, a.Bk - 1);
+                    row = j - pi * ps;
+                } else {
+                    row = (int)c.seq.k_row + key0;
+                    b4 = (int)c.seq.kb;
+                }
 #pragma unroll
-                    for (int db = 0; db < NDB; ++db) {
-                        tma_load_4d(dk + db * BN * 128 + r * 128, &tk, full + 8 * s, db * 64, row, c.hk, b4);
-                        tma_load_4d(dv + db * BN * 128 + r * 128, &tv, full + 8 * s, db * 64, row, c.hk, b4);
-                    }
+                for (int db = 0; db < NDB; ++db) {
+                    tma_load_4d(dk + db * BN * 128, &tk, full + 8 * s, db * 64, row, c.hk, b4);
+                    tma_load_4d(dv + db * BN * 128, &tv, full + 8 * s, db * 64, row, c.hk, b4);
                 }
             }
         }
@@ -210,13 +209,6 @@ static DecPlan make_tma_plan(const fcc_attn &p) {
     return decode_plan(p, TMA_BN, TMA_NW, tma_smem_of, 1);
 }
 
-/* Rows a box of a paged tile: gcd(BN, page_size) (16 or 32). */
-static int paged_box_rows(int bn, int64_t ps) {
-    int g = bn;
-    while (ps % g != 0) g /= 2; /* bn a power of 2, ps a multiple of 16 */
-    return g;
-}
-
 /* The k/v tensor maps' extents: axis 0 (batch, cache rows or pages), axis 1
  * (keys, cache capacity, packed keys or page rows). */
 static void kv_extents(const fc_attn &a, int64_t *e0, int64_t *e1) {
@@ -234,9 +226,8 @@ static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap
                     : (paged ? attn_decode_tma_kernel<T, K, false, true> : attn_decode_tma_kernel<T, K, false, false>);
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode_tma");
     if (s == FLASHC_OK) {
-        const int ch = paged ? paged_box_rows(TMA_BN, p.a.page_size) : TMA_BN;
         const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
-                                         dec_after_append(p), tk, tv, p, da, ch);
+                                         dec_after_append(p), tk, tv, p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_tma_kernel");
     }
     return decode_combine(p, pl, da, scr, s);
@@ -250,8 +241,8 @@ bool fcc_fwd_decode_tma_supports(const fcc_attn &p) {
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     /* TMA: 16-byte aligned rows and strides (vec16), D % 8 == 0 (vec16), int32 coordinates. */
     if (!p.vec16 || fcwg::encode_fn() == nullptr) return false;
-    /* Paged: pages of whole tiles only. A page of 16 rows (the only other size a box could
-     * take: ch = gcd(BN, page_size)) halves the boxes and ran at 3.05 TB/s whether the pages
+    /* Paged: pages of whole tiles only. A page of 16 rows (two boxes of 16 rows a tile,
+     * tried in the sixteenth session) ran at 3.05 TB/s whether the pages
      * were in order or shuffled, against 4.2–4.3 from 32 rows on and 3.85 for the cp.async
      * kernel (H200, B=16 Sk=8k / B=4 Sk=64k, prof_decode_kernels.py --paged): those take it. */
     if (a.block_table && a.page_size % TMA_BN != 0) return false;
@@ -274,13 +265,12 @@ flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     int64_t e0, e1;
     kv_extents(a, &e0, &e1);
-    const int rows = a.block_table ? paged_box_rows(TMA_BN, a.page_size) : TMA_BN;
     CUtensorMap tk, tv;
     const fcwg::EncodeTiledFn enc = fcwg::encode_fn();
     /* No L2 promotion: every key row is read once, in 128-byte boxes; promoted to 256 bytes the
      * same loads ran at 4.0–4.1 TB/s instead of 4.4–4.5 (B ≥ 16, H200; cuDNN 4.5). */
-    if (!enc || !make_map(&tk, enc, dt, a.k, e0, e1, a.Hkv, a.D, a.sk, rows, CU_TENSOR_MAP_L2_PROMOTION_NONE) ||
-        !make_map(&tv, enc, dt, a.v, e0, e1, a.Hkv, a.D, a.sv, rows, CU_TENSOR_MAP_L2_PROMOTION_NONE))
+    if (!enc || !make_map(&tk, enc, dt, a.k, e0, e1, a.Hkv, a.D, a.sk, TMA_BN, CU_TENSOR_MAP_L2_PROMOTION_NONE) ||
+        !make_map(&tv, enc, dt, a.v, e0, e1, a.Hkv, a.D, a.sv, TMA_BN, CU_TENSOR_MAP_L2_PROMOTION_NONE))
         return fcc_fwd_decode_run(p); /* the driver refused a map supports() accepted: the cp.async kernel */
     return with_tma_traits(pl.HD, pl.MT, [&](auto k) {
         using K = decltype(k);

@@ -56,12 +56,7 @@ __device__ __forceinline__ void qk_tile(float (&acc_s)[K::MT][K::BN / 8][4],
                                         const uint32_t (&qf)[K::QREG ? K::MT : 1][K::QREG ? K::HD / 16 : 1][4],
                                         uint32_t sQa, uint32_t sKa, int q_off, int k_off) {
     constexpr int MT = K::MT, NJ = K::BN / 8, LD = K::LD;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
+    zero_frags(acc_s);
 #pragma unroll
     for (int kk = 0; kk < K::HD / 16; ++kk) {
         uint32_t qa[MT][4];

@@ -157,16 +157,24 @@ __device__ __forceinline__ void tile_dist0(const fcc_attn &p, int row0, int c0, 
     tile_dist0(p.score, row0, c0, dist0);
 }
 
+/* MT m16 row tiles of NJ n8 fragments set to 0 (an accumulator before its
+ * first product). */
+template <int MT, int NJ> __device__ __forceinline__ void zero_frags(float (&f)[MT][NJ][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f[mt][j][e] = 0.f;
+}
+
 /* The online softmax's start for MT m16 row tiles of ND n8 columns: O = 0,
  * m = −∞, ℓ = 0. */
 template <int MT, int ND>
 __device__ __forceinline__ void tile_state_zero(float (&acc_o)[MT][ND][4], float (&m_i)[MT][2], float (&l_i)[MT][2]) {
+    zero_frags(acc_o);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < ND; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.f;
         m_i[mt][0] = m_i[mt][1] = -INFINITY;
         l_i[mt][0] = l_i[mt][1] = 0.f;
     }

@@ -1,7 +1,8 @@
 /*
  * attn_fwd_wgmma.cu — Hopper (sm_90a) attention forward for F16/BF16,
  * D ≤ 256 with D % 8 == 0, zero-padded by the tensor maps to HD ∈ {64, 128,
- * 192, 256} (columns past D read 0 and are never stored): warpgroup MMA (wgmma)
+ * 192, 256} (columns past D read 0 and are never stored; D in (64, 96] runs
+ * the products at width 80 or 96 only, WgTraits::DV): warpgroup MMA (wgmma)
  * fed by TMA, FA3-style warp
  * specialisation. Compiled only for sm_90a (src/cuda/CMakeLists.txt); the
  * plan (attn_dispatch.cu) picks it when fcc_fwd_wgmma_supports() holds
@@ -72,9 +73,16 @@ using namespace fctc;
  * plan takes 3 at HD = 64 unless rows see different keys (causal, window)
  * and Sq < 4096, where 192-row blocks waste more of the diagonal than they
  * gain (wg_nc; measured in benchmarks/NOTES.md). */
-template <int HD_, int NC_ = 2> struct WgTraits {
+template <int HD_, int NC_ = 2, int DV_ = HD_> struct WgTraits {
     static constexpr int HD = HD_;
     static constexpr int NC = NC_;
+    /* DV: the columns the products work on (D rounded up to 16), ≤ HD, the
+     * smem tiles' width: heads of 80 and 96 run the k16 steps of S = Q·Kᵀ
+     * up to DV and O += P·V as m64n(DV) — 0.625 / 0.75 of the tensor work
+     * of their padding to 128 (the tiles keep HD's layout; TMA fills the
+     * columns past D with zeros, never read by the products past DV). */
+    static constexpr int DV = DV_;
+    static_assert(DV == HD || (HD == 128 && (DV == 80 || DV == 96)), "DV: HD, or 80 / 96 at HD 128");
     static_assert(NC == 2 || (NC == 3 && HD == 64), "3 consumer warpgroups only at HD 64");
     static constexpr int BM = 64 * NC;       /* query rows per CTA */
     static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile (HD 192: 128 would not fit smem) */
@@ -119,7 +127,7 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
     wg_fence();
     const uint64_t da0 = sw128_desc(qrow, 16, 1024), dk0 = sw128_desc(sk, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < K::HD / 16; ++kk) {
+    for (int kk = 0; kk < K::DV / 16; ++kk) {
         const uint32_t koff = (kk & 3) * 32; /* k16 step inside the 128-byte row */
         /* HD 256: rebuilt per step (two more live registers spill there) */
         const uint64_t da = K::HD == 256 ? sw128_desc(qrow + (kk >> 2) * K::BM * 128 + koff, 16, 1024)
@@ -133,18 +141,18 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
 }
 
 /* O += P·V: V rows are keys (k), columns d (n), d contiguous → transposed B;
- * one m64n(HD)k16 per k16 step, the tile's 64-column blocks BN·128 bytes
+ * one m64n(DV)k16 per k16 step, the tile's 64-column blocks BN·128 bytes
  * apart (the descriptor's leading byte offset); issued and committed, not
  * waited for. */
 template <typename T, class K>
-__device__ __forceinline__ void issue_pv(float (&acc_o)[K::HD / 8][4], const uint32_t (&pa)[K::BN / 16][4],
+__device__ __forceinline__ void issue_pv(float (&acc_o)[K::DV / 8][4], const uint32_t (&pa)[K::BN / 16][4],
                                          uint32_t sv) {
     wg_fence();
     const uint64_t dv0 = sw128_desc(sv, K::BN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < K::BN / 16; ++kk) {
         const uint64_t dv = desc_add(dv0, kk * 16 * 128);
-        WgOps<T>::template rs_tb<K::HD>(&acc_o[0][0], pa[kk], dv);
+        WgOps<T>::template rs_tb<K::DV>(&acc_o[0][0], pa[kk], dv);
     }
     wg_commit();
 }
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ fcc_attn p,
                           const int nM) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int HD = K::HD, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB, NC = K::NC;
+    constexpr int DV = K::DV, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB, NC = K::NC;
     extern __shared__ unsigned char smem_raw[];
     /* Q, K full/empty, V full/empty, V land (scrubbed stages), logdone */
     __shared__ __align__(8) uint64_t bars[1 + 5 * ST + 1];
@@ -291,9 +299,9 @@ __global__ void __launch_bounds__(K::NT, 1)
             mu_fix = wg_fixed_max<T>(mod.cap);
         }
 
-        float acc_o[HD / 8][4]; /* wgmma accumulator layout = the m16n8 C layout per warp */
+        float acc_o[DV / 8][4]; /* wgmma accumulator layout = the m16n8 C layout per warp */
 #pragma unroll
-        for (int j = 0; j < HD / 8; ++j)
+        for (int j = 0; j < DV / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_o[j][e] = 0.f;
         float m_i[2] = {FIXM ? mu_fix / mul : -INFINITY, FIXM ? mu_fix / mul : -INFINITY}, l_i[2] = {0.f, 0.f};
@@ -392,7 +400,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                     lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)row * a.slse[2]] = L[hf];
                 T *orow = Ob + (int64_t)row * a.so[1];
 #pragma unroll
-                for (int j = 0; j < HD / 8; ++j)
+                for (int j = 0; j < DV / 8; ++j)
                     if (j * 8 < p.D) /* D % 8 == 0: a pair is wholly inside or outside */
                         *reinterpret_cast<uint32_t *>(orow + j * 8 + 2 * t4) =
                             Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]);
@@ -432,6 +440,20 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
     kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, p, nM);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");
     return FLASHC_OK;
+}
+
+/* The traits of D: HD the padded width (64, 128, 192, 256), D in (64, 96]
+ * at its own product width (DV 80 or 96). */
+template <typename T>
+static flashc_status launch_d(const fcc_attn &p, bool nc3, const CUtensorMap &tq, const CUtensorMap &tk,
+                              const CUtensorMap &tv) {
+    const int D = p.a.D;
+    if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv) : launch<T, WgTraits<64>>(p, tq, tk, tv);
+    if (D <= 80) return launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv);
+    if (D <= 96) return launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv);
+    if (D <= 128) return launch<T, WgTraits<128>>(p, tq, tk, tv);
+    if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv);
+    return launch<T, WgTraits<256>>(p, tq, tk, tv);
 }
 
 } // namespace fcwg
@@ -476,17 +498,6 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
         !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
-    if (a.dtype == FLASHC_BF16) {
-        if (a.D <= 64)
-            return nc3 ? launch<__nv_bfloat16, WgTraits<64, 3>>(p, tq, tk, tv)
-                       : launch<__nv_bfloat16, WgTraits<64>>(p, tq, tk, tv);
-        if (a.D <= 128) return launch<__nv_bfloat16, WgTraits<128>>(p, tq, tk, tv);
-        if (a.D <= 192) return launch<__nv_bfloat16, WgTraits<192>>(p, tq, tk, tv);
-        return launch<__nv_bfloat16, WgTraits<256>>(p, tq, tk, tv);
-    }
-    if (a.D <= 64)
-        return nc3 ? launch<__half, WgTraits<64, 3>>(p, tq, tk, tv) : launch<__half, WgTraits<64>>(p, tq, tk, tv);
-    if (a.D <= 128) return launch<__half, WgTraits<128>>(p, tq, tk, tv);
-    if (a.D <= 192) return launch<__half, WgTraits<192>>(p, tq, tk, tv);
-    return launch<__half, WgTraits<256>>(p, tq, tk, tv);
+    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, tq, tk, tv);
+    return launch_d<__half>(p, nc3, tq, tk, tv);
 }

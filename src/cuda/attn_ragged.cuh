@@ -121,6 +121,8 @@ __device__ __forceinline__ int64_t fcc_rowbuf_row(const fc_attn &a, const fc_seq
  * cache skipped. Run before the attention, which then sees them
  * (seqlen_k_add = S_new). */
 flashc_status fcc_kv_append_run(const fc_attn *a);
+/* The condition fcc_kv_append_run launches its kernel under. */
+bool fcc_kv_append_launches(const fc_attn *a);
 /* Backward of a packed batch: zeros into the rows of dq (cu_q) and dk, dv
  * (cu_k) outside every sequence. */
 flashc_status fcc_bwd_ragged_gaps_run(const fcc_attn &p);

@@ -50,6 +50,6 @@ for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(32, ty))
     out.append(ss(32, ty, tt=True))
     out.append(ss(32, ty, tb=True))
-    for n in (64, 128, 192, 256):
+    for n in (64, 80, 96, 128, 192, 256):
         out.append(rs(n, ty))
 print("\n\n".join(out))
