@@ -15,8 +15,8 @@
  * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
  * BM = 128):
  *   WG0, producer (setmaxnreg 32 / 40): one thread issues TMA loads of the Q tile
- *     (once) and of K and V tiles of BN keys (128; 64 at HD = 256, where the
- *     O accumulator alone takes 128 registers a thread) into two 2-stage rings, in the
+ *     (once) and of K and V tiles of BN keys (128; 112 at HD = 192 and 80 at
+ *     HD = 256: what two stages of each ring hold beside Q) into two 2-stage rings, in the
  *     order the consumers use them (K(t), then V(t − 1)); a stage is `full`
  *     when its bytes landed and `empty` when every consumer warpgroup has
  *     finished reading it, so a K stage is refilled while P·V still runs.
@@ -85,7 +85,11 @@ template <int HD_, int NC_ = 2, int DV_ = HD_> struct WgTraits {
     static_assert(DV == HD || (HD == 128 && (DV == 80 || DV == 96)), "DV: HD, or 80 / 96 at HD 128");
     static_assert(NC == 2 || (NC == 3 && HD == 64), "3 consumer warpgroups only at HD 64");
     static constexpr int BM = 64 * NC;       /* query rows per CTA */
-    static constexpr int BN = HD > 128 ? 64 : 128; /* keys per tile (HD 192: 128 would not fit smem) */
+    /* keys per tile: as many as two K and two V stages beside Q fit in smem
+     * above HD 128 (a multiple of 16; the per-tile work of the softmax —
+     * barriers, the row max's shuffles, α, O's rescale — spread over more
+     * keys than 64 took) */
+    static constexpr int BN = HD == 192 ? 112 : HD == 256 ? 80 : 128;
     static constexpr int STAGES = 2;         /* per ring: K and V each */
     static constexpr int NT = 128 * (1 + NC); /* producer + consumer warpgroups */
     /* setmaxnreg budgets (65536 registers a CTA, multiples of 8) */
@@ -98,7 +102,7 @@ template <int HD_, int NC_ = 2, int DV_ = HD_> struct WgTraits {
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int SMEM = OFF_V + STAGES * KV_BYTES + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128 || HD == 192 || HD == 256, "HD 64, 128, 192 or 256");
-    static_assert(BN == 128 || BN == 64, "S = Q·Kᵀ uses m64n128 or m64n64");
+    static_assert(SMEM <= 232448, "Hopper opt-in shared memory");
 };
 
 /* Warpgroup scheduling (FA3's ping-pong): the NC consumer warpgroups take
@@ -134,8 +138,7 @@ __device__ __forceinline__ void issue_s(float (&acc_s)[K::BN / 8][4], uint32_t q
                                          : desc_add(da0, (kk >> 2) * K::BM * 128 + koff);
         const uint64_t dk = K::HD == 256 ? sw128_desc(sk + (kk >> 2) * K::BN * 128 + koff, 16, 1024)
                                          : desc_add(dk0, (kk >> 2) * K::BN * 128 + koff);
-        if constexpr (K::BN == 128) WgOps<T>::ss_n128(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
-        else WgOps<T>::ss_n64(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0);
+        WgOps<T>::template ss<K::BN>(&acc_s[0][0], da, dk, kk > 0 ? 1 : 0); /* kk = 0 overwrites */
     }
     wg_commit();
 }
@@ -489,8 +492,7 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     CUtensorMap tq, tk, tv;
-    const int bn = a.D > 128 ? WgTraits<256>::BN : WgTraits<128>::BN; /* K/V box rows (HD 192 too) */
-    static_assert(WgTraits<192>::BN == WgTraits<256>::BN, "one box height above HD 128");
+    const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN : WgTraits<128>::BN; /* K/V box rows */
     const bool nc3 = a.D <= 64 && wg_nc(p) == 3;
     const int bm = nc3 ? WgTraits<64, 3>::BM : WgTraits<128>::BM; /* Q box rows */
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");

@@ -43,6 +43,8 @@ def rs(n, ty):
 out = []
 for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty))
+    out.append(ss(112, ty))  # S = Q·Kᵀ over 112-key tiles (forward, HD 192)
+    out.append(ss(80, ty))   # ... over 80-key tiles (forward, HD 256)
     out.append(ss(128, ty, tb=True))
     out.append(ss(64, ty))
     out.append(ss(64, ty, tt=True))
