@@ -530,6 +530,76 @@ def test_cuda_graph_capture_decode(Sk):
 
 
 @pytest.mark.cuda
+def test_cuda_graphs_decode_concurrent_and_destroyed():
+    """Split-KV decodes captured in CUDA graphs (their partial results from
+    the pool's allocation nodes: flashc.h, "Streams"): graphs alive at once,
+    replayed concurrently on two streams, each give their eager result; a graph
+    destroyed right after its replays were queued does not disturb them nor a
+    graph captured and replayed at once beside them."""
+    if not torch.cuda.is_available() or "cuda" not in flashc.backends():
+        pytest.skip("no CUDA device / backend")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    dt = torch.bfloat16
+
+    def inputs():
+        q = torch.randn(1, 1, 32, 128, device="cuda", dtype=dt, generator=gen)
+        k, v = (torch.randn(1, 8192, 8, 128, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        return q, k, v
+
+    def capture(q, k, v):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            ft.attention(q, k, v)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = ft.attention(q, k, v)
+        return g, out
+
+    with torch.no_grad():
+        cases = []
+        for _ in range(3):
+            q, k, v = inputs()
+            eager = ft.attention(q, k, v)
+            g, out = capture(q, k, v)
+            cases.append([g, out, eager, (q, k, v)])
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        for rep in range(4):
+            for i, c in enumerate(cases):
+                streams[i % 2].wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(streams[i % 2]):
+                    c[0].replay()
+        torch.cuda.synchronize()
+        for c in cases:
+            assert torch.equal(c[1], c[2])
+        # destroy a graph right after queueing replays of it (~1 ms of work),
+        # capture another at once (no synchronisation: capture_begin on a
+        # side stream) and replay it on a second stream
+        q, k, v = cases[0][3]
+        kk, vv = (torch.randn(1, 65536, 8, 128, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        glong, olong = capture(q, kk, vv)
+        elong = ft.attention(q, kk, vv)
+        q2, k2, v2 = inputs()
+        e2 = ft.attention(q2, k2, v2)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(streams[0]):
+            for _ in range(20):
+                glong.replay()
+        glong.reset()
+        del glong
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(streams[1]):
+            g2.capture_begin()
+            o2 = ft.attention(q2, k2, v2)
+            g2.capture_end()
+            g2.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(olong, elong)
+        assert torch.equal(o2, e2)
+
+
+@pytest.mark.cuda
 def test_decode_scratch_reused_in_flight():
     """Split-KV decode calls queued back to back, on one stream and on two,
     each give the result of the same call run alone. Their partial results
