@@ -455,7 +455,7 @@ def _rel_l2(a, r):
     return float(np.linalg.norm(a - r) / max(np.linalg.norm(r), 1e-30))
 
 
-def _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, layout="contig", deterministic=True, **kw):
+def _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, layout="contig", deterministic=True, gpad=False, **kw):
     import os
     dt = np_dtype(dtype)
     q, k, v, do = (rand(rng, s, dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D),
@@ -471,6 +471,8 @@ def _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, layout="contig", determinist
         return fcuda.to_device(a)
 
     def poisoned(shape):
+        if gpad:  # inside a wider buffer at a 4-byte offset: no TMA store of dK / dV
+            return fcuda.to_device(np.full(shape[:-1] + (shape[-1] + 2,), np.nan, dt))[..., 2:]
         return dev(np.full(shape, np.nan, dt))
 
     ds = fcuda.to_device(sinks) if sinks is not None else None
@@ -681,7 +683,11 @@ def _wg_fwd_run(q, k, v, sinks, kernel=None, layout="contig", **kw):
         return fcuda.to_device(a)
 
     B, Sq, Hq, D = q.shape
-    o = dev(np.full(q.shape, np.nan, q.dtype))
+    if layout == "opad":  # o inside a wider buffer at a 4-byte offset: no TMA store
+        o = fcuda.to_device(np.full((B, Sq, Hq, D + 2), np.nan, q.dtype))[..., 2:]
+        layout = "contig"
+    else:
+        o = dev(np.full(q.shape, np.nan, q.dtype))
     lse = fcuda.to_device(np.full((B, Hq, Sq), np.nan, np.float32))
     ds = fcuda.to_device(sinks) if sinks is not None else None
     old = os.environ.get("FLASHC_CUDA_KERNEL")
@@ -760,6 +766,15 @@ def test_wgmma_forward_sweep(rng, name, D, dtype):
 def test_wgmma_forward_strided(rng, name, D):
     B, Sq, Sk, Hq, Hkv, kw = _WG_FWD_CASES[name]
     _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", layout="bhsd", **dict(kw))
+
+
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+@pytest.mark.parametrize("name", ["causal-77", "window-sinktok", "masked-rows-sinks"])
+def test_wgmma_forward_out_unaligned(rng, name, D):
+    # o's base 4 bytes past 16-byte alignment, rows D + 2 elements apart: the
+    # epilogue's TMA store cannot address it; O goes out from registers.
+    B, Sq, Sk, Hq, Hkv, kw = _WG_FWD_CASES[name]
+    _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", layout="opad", **dict(kw))
 
 
 @pytest.mark.parametrize("D,dtype", [(64, "bfloat16"), (128, "bfloat16"), (128, "float16")])
@@ -1124,6 +1139,15 @@ _WG_BWD_CASES = {
 def test_wgmma_backward_cases(rng, name, D, dtype):
     B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
     _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, dtype, **dict(kw))
+
+
+@pytest.mark.parametrize("D", [64, 96, 128])
+@pytest.mark.parametrize("name", ["causal-gqa4", "window-sinktok-sinks", "full-few-rows"])
+def test_wgmma_backward_grads_unaligned(rng, name, D):
+    # dq, dk, dv 4 bytes past 16-byte alignment, rows D + 2 elements apart:
+    # the dK/dV epilogue's TMA stores cannot address them (registers instead).
+    B, Sq, Sk, Hq, Hkv, kw = _WG_BWD_CASES[name]
+    _tc_bwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", gpad=True, **dict(kw))
 
 
 @pytest.mark.parametrize("D", [64, 256])

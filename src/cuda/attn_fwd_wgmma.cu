@@ -166,8 +166,8 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::DV / 8][4], const uin
 template <typename T, class K, bool MOD, bool SCRUB, bool FIXM = false>
 __global__ void __launch_bounds__(K::NT, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                          const __grid_constant__ CUtensorMap tv, const __grid_constant__ fcc_attn p,
-                          const int nM) {
+                          const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
+                          const __grid_constant__ fcc_attn p, const int nM, const int otma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int DV = K::DV, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB, NC = K::NC;
     extern __shared__ unsigned char smem_raw[];
@@ -381,8 +381,11 @@ __global__ void __launch_bounds__(K::NT, 1)
             rv.release(it - 1);
         }
 
-        /* Epilogue: O·factor and L (row_finish, with the sink logit), stored
-         * straight from registers in 4-byte pairs. */
+        /* Epilogue: O·factor and L (row_finish, with the sink logit). O goes
+         * out through this warpgroup's Q rows in smem (its last S has been
+         * read) by TMA stores where o's layout allows (otma), else straight
+         * from registers in 4-byte pairs (32 scattered 4-byte stores a
+         * thread: at 1k keys the epilogue took as long as a key tile). */
         float f[2], L[2];
         row_finish(m_i, l_i, mul_ln, a.sink_logits != nullptr, (float)fc_attn_sink(&a, h), f, L);
         if (SCRUB) {
@@ -393,20 +396,49 @@ __global__ void __launch_bounds__(K::NT, 1)
                 if ((rowbad[r >> 5] >> (r & 31)) & 1u) f[hf] = __int_as_float(0x7fc00000); /* O = NaN: saw NaN/Inf */
             }
         }
-        T *Ob = static_cast<T *>(a.o) + (int64_t)b * a.so[0] + (int64_t)h * a.so[2];
         float *lse = static_cast<float *>(a.lse);
+        if (otma) {
+            /* The box layout of the Q load (128B swizzle: the 16-byte chunk
+             * c of row r at chunk c ^ (r & 7)); bank-conflict free: a warp's
+             * 8 rows × 4 pairs of one j cover the 32 banks. */
+            const uint32_t so = sQ + cw * 64 * 128;
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int row = row0 + 8 * hf;
-            if (row < p.Sq) {
-                if (lse && t4 == 0)
-                    lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)row * a.slse[2]] = L[hf];
-                T *orow = Ob + (int64_t)row * a.so[1];
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = warp * 16 + g + 8 * hf;
 #pragma unroll
                 for (int j = 0; j < DV / 8; ++j)
-                    if (j * 8 < p.D) /* D % 8 == 0: a pair is wholly inside or outside */
-                        *reinterpret_cast<uint32_t *>(orow + j * 8 + 2 * t4) =
-                            Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]);
+                    st_shared_u32(so + (j >> 3) * BM * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * t4,
+                                  Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]));
+            }
+            fence_proxy_async_smem();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(8 + cw) : "memory"); /* this warpgroup's rows written */
+            if ((tid & 127) == 0 && r0 < p.Sq) {
+#pragma unroll
+                for (int db = 0; db < (DV + 63) / 64; ++db)
+                    if (db * 64 < p.D) tma_store_4d(&to, so + db * BM * 128, db * 64, r0, h, b); /* rows ≥ Sq, columns ≥ D clipped */
+                bulk_commit();
+                bulk_wait_read();
+            }
+            if (lse && t4 == 0)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    if (row0 + 8 * hf < p.Sq)
+                        lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)(row0 + 8 * hf) * a.slse[2]] = L[hf];
+        } else {
+            T *Ob = static_cast<T *>(a.o) + (int64_t)b * a.so[0] + (int64_t)h * a.so[2];
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int row = row0 + 8 * hf;
+                if (row < p.Sq) {
+                    if (lse && t4 == 0)
+                        lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)row * a.slse[2]] = L[hf];
+                    T *orow = Ob + (int64_t)row * a.so[1];
+#pragma unroll
+                    for (int j = 0; j < DV / 8; ++j)
+                        if (j * 8 < p.D) /* D % 8 == 0: a pair is wholly inside or outside */
+                            *reinterpret_cast<uint32_t *>(orow + j * 8 + 2 * t4) =
+                                Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]);
+                }
             }
         }
     }
@@ -428,7 +460,7 @@ static int wg_nc(const fcc_attn &p) { return rows_differ(p) && p.Sq < 4096 ? 2 :
 
 template <typename T, class K>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
-                            const CUtensorMap &tv) {
+                            const CUtensorMap &tv, const CUtensorMap *to) {
     const int nM = (p.Sq + K::BM - 1) / K::BM;
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
@@ -440,7 +472,7 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
         wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY)
         kern = scrub ? attn_fwd_wgmma_kernel<T, K, true, true, true> : attn_fwd_wgmma_kernel<T, K, true, false, true>;
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
-    kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, p, nM);
+    kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, to ? *to : tq, p, nM, to ? 1 : 0);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");
     return FLASHC_OK;
 }
@@ -449,14 +481,14 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
  * at its own product width (DV 80 or 96). */
 template <typename T>
 static flashc_status launch_d(const fcc_attn &p, bool nc3, const CUtensorMap &tq, const CUtensorMap &tk,
-                              const CUtensorMap &tv) {
+                              const CUtensorMap &tv, const CUtensorMap *to) {
     const int D = p.a.D;
-    if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv) : launch<T, WgTraits<64>>(p, tq, tk, tv);
-    if (D <= 80) return launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv);
-    if (D <= 96) return launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv);
-    if (D <= 128) return launch<T, WgTraits<128>>(p, tq, tk, tv);
-    if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv);
-    return launch<T, WgTraits<256>>(p, tq, tk, tv);
+    if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv, to) : launch<T, WgTraits<64>>(p, tq, tk, tv, to);
+    if (D <= 80) return launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to);
+    if (D <= 96) return launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv, to);
+    if (D <= 128) return launch<T, WgTraits<128>>(p, tq, tk, tv, to);
+    if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv, to);
+    return launch<T, WgTraits<256>>(p, tq, tk, tv, to);
 }
 
 } // namespace fcwg
@@ -500,6 +532,10 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
         !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
-    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, tq, tk, tv);
-    return launch_d<__half>(p, nc3, tq, tk, tv);
+    /* O by TMA stores where its base and strides allow (64-row boxes, one
+     * consumer warpgroup's rows); else 4-byte stores from registers. */
+    CUtensorMap to;
+    const bool otma = ((uintptr_t)a.o & 15u) == 0 && make_map(&to, enc, dt, a.o, a.B, a.Sq, a.Hq, a.D, a.so, 64);
+    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, tq, tk, tv, otma ? &to : nullptr);
+    return launch_d<__half>(p, nc3, tq, tk, tv, otma ? &to : nullptr);
 }
