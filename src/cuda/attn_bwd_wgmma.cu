@@ -244,7 +244,7 @@ __device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
 struct Split {
     int nsb, nc, gk;
     float *part;
-    int okv; /* dK, dV by TMA stores (tdk, tdv) through the K and V tiles' smem (HD <= 128 kernel) */
+    int okv; /* dK, dV by TMA stores (tdk, tdv) through the K and V tiles' smem */
 };
 
 /* The CTA's key block, kv head, batch and chunk (Split) from its index:
@@ -1100,6 +1100,39 @@ __global__ void __launch_bounds__(384, 1)
             }
             return;
         }
+        if (sp.okv) { /* dK, dV through the K and V tiles by TMA stores, as the HD <= 128 kernel */
+            asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* both warpgroups' last products have read K and V */
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int key = key0 + 8 * hf, r = kr + 8 * hf;
+                float f = p.scale, fv = 1.f;
+                const uint32_t word = (key - n0) >> 5 ? bad[1] : bad[0];
+                if (KSCRUB && anybad && key < p.Sk && ((word >> ((key - n0) & 31)) & 1u)) {
+                    int64_t q0[2], q1[2];
+                    if (fc_key_block_rows(&mask, key, key + 1, q0, q1) > 0) f = fv = __int_as_float(0x7fc00000);
+                }
+#pragma unroll
+                for (int j = 0; j < NJW; ++j) { /* 16-byte chunk c of row r at c ^ (r & 7) */
+                    const int c = col_of(j);
+                    const uint32_t off = (c >> 6) * BN * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + 4 * t4;
+                    st_shared_u32(sK + off, Ops<T>::pack(acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f));
+                    st_shared_u32(sV + off, Ops<T>::pack(acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv));
+                }
+            }
+            fence_proxy_async_smem();
+            asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* every column of both warpgroups written */
+            if (tid == 128 && n0 < p.Sk) {
+#pragma unroll
+                for (int db = 0; db < NDB; ++db)
+                    if (db * 64 < p.D) { /* keys ≥ Sk, columns ≥ D clipped */
+                        tma_store_4d(&tdk, sK + db * BN * 128, db * 64, n0, hk, b);
+                        tma_store_4d(&tdv, sV + db * BN * 128, db * 64, n0, hk, b);
+                    }
+                bulk_commit();
+                bulk_wait_read();
+            }
+            return;
+        }
         T *dkp = static_cast<T *>(a.dk) + (int64_t)b * a.sdk[0] + (int64_t)hk * a.sdk[2];
         T *dvp = static_cast<T *>(a.dv) + (int64_t)b * a.sdv[0] + (int64_t)hk * a.sdv[2];
 #pragma unroll
@@ -1206,7 +1239,7 @@ static int padded(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : D <= 192 ? 192
 
 struct Maps {
     CUtensorMap q, dout, k, v;
-    CUtensorMap dk, dv; /* the HD <= 128 kernel's TMA stores, where okv */
+    CUtensorMap dk, dv; /* the kernels' TMA stores of dK, dV (64-key boxes), where okv */
     bool okv;
 };
 
@@ -1279,7 +1312,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         else
             kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         FCC_TRY(fcc_set_smem((const void *)kern, KK::SMEM, "attn_bwd_wgmma (dK/dV)"));
-        sp.okv = HD <= 128 && m.okv ? 1 : 0;
+        sp.okv = m.okv ? 1 : 0;
         kern<<<(unsigned)grid, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, sp.okv ? m.dk : m.k, sp.okv ? m.dv : m.v, p,
                                                      nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp, order, sp);
         FCC_CHECK_LAUNCH("bwd_dkdv_wgmma_kernel");
