@@ -15,18 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import flashc.torch as ft
+from prof_graph_alloc import cudart  # the CUDA runtime torch loaded (exits without one)
 
 TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
          7: "event_record", 10: "mem_alloc", 11: "mem_free", 13: "conditional"}
-
-
-def cudart():
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            pass
-    return None
 
 
 def node_types(rt, g):
@@ -90,7 +82,7 @@ def main():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 gc = capture(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
             for name, g in (("flashc", gf), ("cudnn", gc)):
-                nt = node_types(rt, g) if rt else []
+                nt = node_types(rt, g)
                 for r in range(2):
                     one, b2b = times(g)
                     print("B=%-3d Sk=%-6d %-7s nodes %-40s round %d  one at a time %6.1f us  back to back %6.1f us"

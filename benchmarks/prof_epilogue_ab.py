@@ -16,19 +16,7 @@ import torch
 
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "python"))
 import flashc  # noqa: E402
-
-
-def timed(fn, n=10):
-    fn()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(n):
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3)
-    return statistics.median(ts)
+from prof_fwd_tiles import timed  # noqa: E402  (event-timed median µs of a call)
 
 
 def padded(shape, dt):
@@ -51,10 +39,10 @@ def main():
         gp = (torch.empty_like(q), padded(k.shape, dt), padded(v.shape, dt))  # dq alike: its own kernel
         res = {"fwd tma": [], "fwd regs": [], "bwd tma": [], "bwd regs": []}
         for _ in range(3):
-            res["fwd tma"].append(timed(lambda: flashc.attention(q, k, v, causal=causal, out=oc)))
-            res["fwd regs"].append(timed(lambda: flashc.attention(q, k, v, causal=causal, out=op)))
-            res["bwd tma"].append(timed(lambda: flashc.attention_backward(do, q, k, v, o, lse, causal=causal, out=gc)))
-            res["bwd regs"].append(timed(lambda: flashc.attention_backward(do, q, k, v, o, lse, causal=causal, out=gp)))
+            res["fwd tma"].append(timed(lambda: flashc.attention(q, k, v, causal=causal, out=oc), n=10))
+            res["fwd regs"].append(timed(lambda: flashc.attention(q, k, v, causal=causal, out=op), n=10))
+            res["bwd tma"].append(timed(lambda: flashc.attention_backward(do, q, k, v, o, lse, causal=causal, out=gc), n=10))
+            res["bwd regs"].append(timed(lambda: flashc.attention_backward(do, q, k, v, o, lse, causal=causal, out=gp), n=10))
         assert torch.equal(oc, op) and all(torch.equal(a, b) for a, b in zip(gc, gp)), "the epilogues differ"
         m = {kk: statistics.median(vv) for kk, vv in res.items()}
         print("D=%-3d S=%-5d causal=%d | fwd tma %7.1f us (%5.1f TFLOP/s) regs %7.1f (%5.1f) x%.3f | "
