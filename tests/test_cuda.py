@@ -809,6 +809,63 @@ def test_wgmma_forward_wide_4096(rng):
     _wg_fwd_case(rng, 1, 4096, 4096, 2, 1, 256, "bfloat16", rows=rows, causal=True)
 
 
+# 176-key tiles (attn_fwd_wgmma.cu, wg_wide: D in (64, 128], every row sees
+# every key, Sk >= 4096): the last tile partly past Sk (Sk % 176 = 48, 129,
+# 0, 72, 52, 175), Sq != Sk with a partial query block, GQA, sink logits,
+# narrower D at their own product width; the modifier instances (softcap alone
+# runs the fixed-max one, "both" the general one) on every kernel family.
+@pytest.mark.parametrize("D,dtype,Sk,kw", [
+    (128, "bfloat16", 4096, dict()),
+    (128, "float16", 4177, dict(use_sinks=True)),
+    (96, "bfloat16", 4400, dict()),
+    (80, "float16", 5000, dict(use_sinks=True)),
+    (72, "bfloat16", 4100, dict()),
+    (128, "bfloat16", 4271, dict()),
+])
+def test_wgmma_forward_176_key_tiles(rng, D, dtype, Sk, kw):
+    _wg_fwd_case(rng, 2, 200, Sk, 4, 2, D, dtype, **kw)
+
+
+@pytest.mark.parametrize("mods", ["softcap", "both"])
+@pytest.mark.parametrize("D,dtype", [(128, "bfloat16"), (96, "float16")])
+def test_score_mods_forward_176_key_tiles(rng, monkeypatch, mods, D, dtype):
+    _mods_fwd_case(rng, monkeypatch, 1, 150, 4200, 4, 2, D, dtype, _MOD_SETS[mods], dict(use_sinks=True))
+
+
+def test_wgmma_forward_176_key_tiles_taken(rng):
+    # The plan takes the 176-key instance where it applies, and the 128-key
+    # one below 4096 keys and under a 200 KB shared-memory cap (kernel names
+    # the CUDA profiler records: WgTraits<128, 2, 128, 176>).
+    import os
+    cc = _device_cc()
+    if cc != (9, 0):
+        pytest.skip("wgmma forward runs on compute capability 9.0 only (this device: %s)" % (cc,))
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def names(Sk, env=None):
+        q, k, v = (rand(rng, s, "bfloat16") for s in ((1, 256, 4, 128), (1, Sk, 2, 128), (1, Sk, 2, 128)))
+        old = os.environ.get("FLASHC_CUDA_SMEM_LIMIT")
+        if env:
+            os.environ["FLASHC_CUDA_SMEM_LIMIT"] = env
+        try:
+            _wg_fwd_run(q, k, v, None)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                _wg_fwd_run(q, k, v, None)
+                torch.cuda.synchronize()
+        finally:
+            if env:
+                if old is None:
+                    os.environ.pop("FLASHC_CUDA_SMEM_LIMIT", None)
+                else:
+                    os.environ["FLASHC_CUDA_SMEM_LIMIT"] = old
+        return [e.key for e in prof.key_averages() if e.device_time_total > 0 and "attn_fwd_wgmma" in e.key]
+    wide = names(4096)
+    assert wide and all("176" in n for n in wide), wide
+    for n in (names(4000), names(4096, env="200000")):
+        assert n and not any("176" in x for x in n), n
+
+
 @pytest.mark.parametrize("D", [64, 128, 96, 256])
 def test_wgmma_forward_is_a_different_kernel(rng, D):
     # On compute capability 9.0 the default path must be the wgmma kernel:

@@ -665,16 +665,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int key = key0 + 8 * hf, r = key - kc0;
-                float f = p.scale, fv = 1.f;
-                const int kw = (key - n0) >> 5;
-                const uint32_t word = kw == 0 ? bad[0] : kw == 1 ? bad[1] : kw == 2 ? bad[2] : bad[3];
-                if (KSCRUB && anybad && key < p.Sk && ((word >> ((key - n0) & 31)) & 1u)) {
-                    int64_t q0[2], q1[2];
-                    if (fc_key_block_rows(&mask, key, key + 1, q0, q1) > 0) f = fv = __int_as_float(0x7fc00000);
-                }
+                float f, fv;
+                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
 #pragma unroll
-                for (int j = 0; j < DV / 8; ++j) { /* the tiles' box layout: 16-byte chunk c of row r at c ^ (r & 7) */
-                    const uint32_t off = (j >> 3) * BN * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * t4;
+                for (int j = 0; j < DV / 8; ++j) { /* the tiles' box layout */
+                    const uint32_t off = sw128_off(r, j * 8 + 2 * t4, BN);
                     st_shared_u32(kA + off, Ops<T>::pack(acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f));
                     st_shared_u32(vA + off, Ops<T>::pack(acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv));
                 }
@@ -700,13 +695,8 @@ __global__ void __launch_bounds__(384, 1)
             const int key = key0 + 8 * hf;
             if (key >= p.Sk) continue;
             T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
-            float f = p.scale, fv = 1.f;
-            const int kw = (key - n0) >> 5; /* constant indices only: bad stays in registers */
-            const uint32_t word = kw == 0 ? bad[0] : kw == 1 ? bad[1] : kw == 2 ? bad[2] : bad[3];
-            if (KSCRUB && anybad && ((word >> ((key - n0) & 31)) & 1u)) {
-                int64_t r0[2], r1[2]; /* a scrubbed key that some row sees: NaN, as unscrubbed */
-                if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
-            }
+            float f, fv;
+            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
 #pragma unroll
             for (int j = 0; j < DV / 8; ++j) {
                 const int col = j * 8 + 2 * t4;
@@ -1105,16 +1095,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int key = key0 + 8 * hf, r = kr + 8 * hf;
-                float f = p.scale, fv = 1.f;
-                const uint32_t word = (key - n0) >> 5 ? bad[1] : bad[0];
-                if (KSCRUB && anybad && key < p.Sk && ((word >> ((key - n0) & 31)) & 1u)) {
-                    int64_t q0[2], q1[2];
-                    if (fc_key_block_rows(&mask, key, key + 1, q0, q1) > 0) f = fv = __int_as_float(0x7fc00000);
-                }
+                float f, fv;
+                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
 #pragma unroll
-                for (int j = 0; j < NJW; ++j) { /* 16-byte chunk c of row r at c ^ (r & 7) */
-                    const int c = col_of(j);
-                    const uint32_t off = (c >> 6) * BN * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + 4 * t4;
+                for (int j = 0; j < NJW; ++j) {
+                    const uint32_t off = sw128_off(r, col_of(j), BN);
                     st_shared_u32(sK + off, Ops<T>::pack(acc_dk[j][2 * hf] * f, acc_dk[j][2 * hf + 1] * f));
                     st_shared_u32(sV + off, Ops<T>::pack(acc_dv[j][2 * hf] * fv, acc_dv[j][2 * hf + 1] * fv));
                 }
@@ -1140,12 +1125,8 @@ __global__ void __launch_bounds__(384, 1)
             const int key = key0 + 8 * hf;
             if (key >= p.Sk) continue;
             T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
-            float f = p.scale, fv = 1.f;
-            const uint32_t word = (key - n0) >> 5 ? bad[1] : bad[0];
-            if (KSCRUB && anybad && ((word >> ((key - n0) & 31)) & 1u)) {
-                int64_t r0[2], r1[2];
-                if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
-            }
+            float f, fv;
+            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
 #pragma unroll
             for (int j = 0; j < NJW; ++j) {
                 const int col = col_of(j);

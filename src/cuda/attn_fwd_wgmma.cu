@@ -14,14 +14,15 @@
  * One CTA per (BM query rows, query head, batch); 1 + NC warpgroups (NC = 3
  * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
  * BM = 128):
- *   WG0, producer (setmaxnreg 32 / 40): one thread issues TMA loads of the Q tile
+ *   WG0, producer (setmaxnreg 24 / 32 / 40): one thread issues TMA loads of the Q tile
  *     (once) and of K and V tiles of BN keys (128; 112 at HD = 192 and 80 at
- *     HD = 256: what two stages of each ring hold beside Q) into two 2-stage rings, in the
+ *     HD = 256: what two stages of each ring hold beside Q; 176 at HD = 128
+ *     where every row sees every key of ≥ 4096, FA3's tile, wg_wide) into two 2-stage rings, in the
  *     order the consumers use them (K(t), then V(t − 1)); a stage is `full`
  *     when its bytes landed and `empty` when every consumer warpgroup has
  *     finished reading it, so a K stage is refilled while P·V still runs.
- *   WG1 .. WG(NC), consumers (setmaxnreg 160 / 232): each owns 64 query rows.
- *     S = Q·Kᵀ by m64n128k16 wgmma with both operands in smem (128B
+ *   WG1 .. WG(NC), consumers (setmaxnreg 160 / 232 / 240): each owns 64 query rows.
+ *     S = Q·Kᵀ by m64n(BN)k16 wgmma with both operands in smem (128B
  *     swizzle), then the tile steps of attn_fwd_tile.cuh on the accumulator
  *     (the mma.sync kernel's: score modifiers, masks, online softmax in the
  *     exp2 domain, row finish); P rounded to the input type and used as the
@@ -73,7 +74,7 @@ using namespace fctc;
  * plan takes 3 at HD = 64 unless rows see different keys (causal, window)
  * and Sq < 4096, where 192-row blocks waste more of the diagonal than they
  * gain (wg_nc; measured in benchmarks/NOTES.md). */
-template <int HD_, int NC_ = 2, int DV_ = HD_> struct WgTraits {
+template <int HD_, int NC_ = 2, int DV_ = HD_, int BN_ = 0> struct WgTraits {
     static constexpr int HD = HD_;
     static constexpr int NC = NC_;
     /* DV: the columns the products work on (D rounded up to 16), ≤ HD, the
@@ -89,11 +90,17 @@ template <int HD_, int NC_ = 2, int DV_ = HD_> struct WgTraits {
      * above HD 128 (a multiple of 16; the per-tile work of the softmax —
      * barriers, the row max's shuffles, α, O's rescale — spread over more
      * keys than 64 took) */
-    static constexpr int BN = HD == 192 ? 112 : HD == 256 ? 80 : 128;
+    static constexpr int BN = BN_ ? BN_ : HD == 192 ? 112 : HD == 256 ? 80 : 128;
+    /* BN_ = 176 at HD 128 (FA3's 128 × 176 tile): for problems where every
+     * row sees every key (wg_wide), the per-tile cost of the softmax and the
+     * turns spread over 1.375× the keys; two K and two V stages of 176 rows
+     * beside Q take 209 KB. Never scrubbed (no row misses a key there), so
+     * one producer thread a key row (scrub_v) does not bind it. */
+    static_assert(BN_ == 0 || (BN_ == 176 && HD == 128 && NC == 2), "BN_: 0 (default) or 176 at HD 128");
     static constexpr int STAGES = 2;         /* per ring: K and V each */
     static constexpr int NT = 128 * (1 + NC); /* producer + consumer warpgroups */
     /* setmaxnreg budgets (65536 registers a CTA, multiples of 8) */
-    static constexpr int REG_P = NC == 3 ? 32 : 40, REG_C = NC == 3 ? 160 : 232;
+    static constexpr int REG_P = NC == 3 ? 32 : BN_ ? 24 : 40, REG_C = NC == 3 ? 160 : BN_ ? 240 : 232;
     static_assert(REG_P * 128 + REG_C * 128 * NC <= 65536, "register budget");
     static constexpr int NDB = HD / 64;      /* 64-column (128-byte) blocks of a row */
     static constexpr int Q_BYTES = BM * HD * 2;
@@ -243,18 +250,20 @@ __global__ void __launch_bounds__(K::NT, 1)
             const bool two = BM > 128 && 128 + tid < BM; /* this thread also holds row m0 + 128 + tid */
             uint32_t vpar = 0; /* bit s: parity of vland[s]'s next phase (one per scrubbed use) */
             auto load_v = [&](int it, int tile) {
-                if (!SCRUB || !scrub_tile<BN>(cfirst, clast, tile, p.Sk)) {
-                    load(rv, sV, &tv, it, tile);
-                    return;
+                if constexpr (SCRUB) {
+                    if (scrub_tile<BN>(cfirst, clast, tile, p.Sk)) {
+                        const int st = it % ST;
+                        if (tid == 0) {
+                            rv.wait_empty(it);
+                            issue(sV, &tv, vland + 8 * st, it, tile);
+                        }
+                        saw |= scrub_stage<T, K>(sV + st * K::KV_BYTES, vland + 8 * st, (vpar >> st) & 1u,
+                                                 rv.full + 8 * st, tid, vbad, myrow, two, myrow2, tile * BN);
+                        vpar ^= 1u << st;
+                        return;
+                    }
                 }
-                const int st = it % ST;
-                if (tid == 0) {
-                    rv.wait_empty(it);
-                    issue(sV, &tv, vland + 8 * st, it, tile);
-                }
-                saw |= scrub_stage<T, K>(sV + st * K::KV_BYTES, vland + 8 * st, (vpar >> st) & 1u, rv.full + 8 * st,
-                                         tid, vbad, myrow, two, myrow2, tile * BN);
-                vpar ^= 1u << st;
+                load(rv, sV, &tv, it, tile);
             };
             int it = 0, prev = -1;
             for (int tile = kt.first;; prev = tile, tile = kt.next(tile), ++it) { /* one call site of each */
@@ -407,7 +416,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                 const int r = warp * 16 + g + 8 * hf;
 #pragma unroll
                 for (int j = 0; j < DV / 8; ++j)
-                    st_shared_u32(so + (j >> 3) * BM * 128 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * t4,
+                    st_shared_u32(so + sw128_off(r, j * 8 + 2 * t4, BM),
                                   Ops<T>::pack(acc_o[j][2 * hf] * f[hf], acc_o[j][2 * hf + 1] * f[hf]));
             }
             fence_proxy_async_smem();
@@ -457,6 +466,18 @@ static bool rows_differ(const fcc_attn &p) {
 }
 /* Consumer warpgroups at HD = 64 (WgTraits). */
 static int wg_nc(const fcc_attn &p) { return rows_differ(p) && p.Sq < 4096 ? 2 : 3; }
+/* 176-key tiles at D in (64, 128] (WgTraits' BN_): where every row sees
+ * every key (no masked tile, nothing to scrub), the rows are long and the
+ * device has the shared memory. Measured (benchmarks/NOTES.md, nineteenth
+ * session): the cost of 128 keys of a tile 1.86 → 1.74 µs a wave, the
+ * per-CTA cost 2.2 → 3.9 µs (the pipeline's fill and drain hold more keys,
+ * the last tile is partial more often) — a loss below ~2k keys. */
+using WgWide = WgTraits<128, 2, 128, 176>;
+constexpr int WG_WIDE_MIN_SK = 4096;
+static bool wg_wide(const fcc_attn &p) {
+    return p.a.D > 64 && p.a.D <= 128 && p.Sk >= WG_WIDE_MIN_SK && !rows_differ(p) &&
+           WgWide::SMEM <= p.dev.smem_optin;
+}
 
 template <typename T, class K>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
@@ -464,13 +485,20 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
     const int nM = (p.Sq + K::BM - 1) / K::BM;
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
-    const bool scrub = rows_differ(p); /* SCRUB (see the top): only where some row misses some key */
-    auto kern = mod ? (scrub ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, true, false>)
-                    : (scrub ? attn_fwd_wgmma_kernel<T, K, false, true> : attn_fwd_wgmma_kernel<T, K, false, false>);
+    /* SCRUB (see the top): only where some row misses some key; never
+     * with 176-key tiles (wg_wide) */
+    constexpr bool CAN_SCRUB = K::BN <= 128;
+    const bool scrub = CAN_SCRUB && rows_differ(p);
+    auto kern = mod ? attn_fwd_wgmma_kernel<T, K, true, false> : attn_fwd_wgmma_kernel<T, K, false, false>;
+    if constexpr (CAN_SCRUB)
+        if (scrub) kern = mod ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, false, true>;
     /* A softcap alone whose logits fit P's range: rows with a fixed max. */
     if (fc_score_mode(&p.score) == FC_SCORE_CAP &&
-        wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY)
-        kern = scrub ? attn_fwd_wgmma_kernel<T, K, true, true, true> : attn_fwd_wgmma_kernel<T, K, true, false, true>;
+        wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY) {
+        kern = attn_fwd_wgmma_kernel<T, K, true, false, true>;
+        if constexpr (CAN_SCRUB)
+            if (scrub) kern = attn_fwd_wgmma_kernel<T, K, true, true, true>;
+    }
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
     kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, to ? *to : tq, p, nM, to ? 1 : 0);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");
@@ -480,13 +508,15 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
 /* The traits of D: HD the padded width (64, 128, 192, 256), D in (64, 96]
  * at its own product width (DV 80 or 96). */
 template <typename T>
-static flashc_status launch_d(const fcc_attn &p, bool nc3, const CUtensorMap &tq, const CUtensorMap &tk,
+static flashc_status launch_d(const fcc_attn &p, bool nc3, bool wide, const CUtensorMap &tq, const CUtensorMap &tk,
                               const CUtensorMap &tv, const CUtensorMap *to) {
     const int D = p.a.D;
     if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv, to) : launch<T, WgTraits<64>>(p, tq, tk, tv, to);
-    if (D <= 80) return launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to);
-    if (D <= 96) return launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv, to);
-    if (D <= 128) return launch<T, WgTraits<128>>(p, tq, tk, tv, to);
+    if (D <= 80)
+        return wide ? launch<T, WgTraits<128, 2, 80, 176>>(p, tq, tk, tv, to) : launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to);
+    if (D <= 96)
+        return wide ? launch<T, WgTraits<128, 2, 96, 176>>(p, tq, tk, tv, to) : launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv, to);
+    if (D <= 128) return wide ? launch<T, WgWide>(p, tq, tk, tv, to) : launch<T, WgTraits<128>>(p, tq, tk, tv, to);
     if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv, to);
     return launch<T, WgTraits<256>>(p, tq, tk, tv, to);
 }
@@ -524,7 +554,10 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     CUtensorMap tq, tk, tv;
-    const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN : WgTraits<128>::BN; /* K/V box rows */
+    const bool wide = wg_wide(p);
+    const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN
+                   : wide      ? WgWide::BN
+                               : WgTraits<128>::BN; /* K/V box rows */
     const bool nc3 = a.D <= 64 && wg_nc(p) == 3;
     const int bm = nc3 ? WgTraits<64, 3>::BM : WgTraits<128>::BM; /* Q box rows */
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
@@ -536,6 +569,6 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
      * consumer warpgroup's rows); else 4-byte stores from registers. */
     CUtensorMap to;
     const bool otma = ((uintptr_t)a.o & 15u) == 0 && make_map(&to, enc, dt, a.o, a.B, a.Sq, a.Hq, a.D, a.so, 64);
-    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, tq, tk, tv, otma ? &to : nullptr);
-    return launch_d<__half>(p, nc3, tq, tk, tv, otma ? &to : nullptr);
+    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
+    return launch_d<__half>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
 }

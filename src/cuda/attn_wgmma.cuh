@@ -162,7 +162,7 @@ __device__ __forceinline__ int lane_id_volatile() {
  *   ss_n128:   D[64×128] (+)= A[64×16] (smem, K-major) · B[16×128] (smem, K-major);
  *              scale_d = 0 overwrites D.
  *   ss_n128_tb: the same with B MN-major (its 64-column blocks lbo bytes apart).
- *   ss_n64, ss_n80, ss_n112: the same with N = 64, 80, 112 (ss<N> picks).
+ *   ss_n64, ss_n80, ss_n112, ss_n176: the same with N = 64, 80, 112, 176 (ss<N> picks).
  *   ss_n64_tt: D[64×64] (+)= A[64×16] · B[16×64], both in smem MN-major
  *              (transposed: A's m and B's n contiguous).
  *   ss_n64_tb: A K-major, B MN-major (both in smem).
@@ -174,6 +174,7 @@ __device__ __forceinline__ int lane_id_volatile() {
  * A fragment is the mma.sync m16n8k16 A fragment of the warp's 16 rows. */
 template <typename T> struct WgOps {
     static __device__ __forceinline__ void ss_n128(float *d, uint64_t da, uint64_t db, int scale_d);
+    static __device__ __forceinline__ void ss_n176(float *d, uint64_t da, uint64_t db, int scale_d);
     static __device__ __forceinline__ void ss_n112(float *d, uint64_t da, uint64_t db, int scale_d);
     static __device__ __forceinline__ void ss_n80(float *d, uint64_t da, uint64_t db, int scale_d);
     static __device__ __forceinline__ void ss_n128_tb(float *d, uint64_t da, uint64_t db, int scale_d);
@@ -193,12 +194,13 @@ template <typename T> struct WgOps {
      * the wrapper above; B's 64-column blocks lie LBO bytes apart
      * (sw128_desc's lbo). N = 80 / 96 read the second block's first 16 / 32
      * columns (heads of 80 / 96 without the padding to 128's work). */
-    /* D[64×N] (+)= A·B, both K-major in smem, N = 64, 80, 112 or 128. */
+    /* D[64×N] (+)= A·B, both K-major in smem, N = 64, 80, 112, 128 or 176. */
     template <int N> static __device__ __forceinline__ void ss(float *d, uint64_t da, uint64_t db, int scale_d) {
-        static_assert(N == 64 || N == 80 || N == 112 || N == 128, "ss: N 64, 80, 112 or 128");
+        static_assert(N == 64 || N == 80 || N == 112 || N == 128 || N == 176, "ss: N 64, 80, 112, 128 or 176");
         if constexpr (N == 64) ss_n64(d, da, db, scale_d);
         else if constexpr (N == 80) ss_n80(d, da, db, scale_d);
         else if constexpr (N == 112) ss_n112(d, da, db, scale_d);
+        else if constexpr (N == 176) ss_n176(d, da, db, scale_d);
         else ss_n128(d, da, db, scale_d);
     }
     template <int N> static __device__ __forceinline__ void rs_tb(float *d, const uint32_t *a, uint64_t db) {
@@ -232,6 +234,32 @@ template <> __device__ __forceinline__ void WgOps<__nv_bfloat16>::ss_n128(float 
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <> __device__ __forceinline__ void WgOps<__nv_bfloat16>::ss_n176(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87"
+        "}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -523,6 +551,32 @@ template <> __device__ __forceinline__ void WgOps<__half>::ss_n128(float *d, uin
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <> __device__ __forceinline__ void WgOps<__half>::ss_n176(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87"
+        "}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -853,6 +907,36 @@ template <typename T, class K> __device__ __forceinline__ void scrub_v(uint32_t 
 /* Does a row with ranges v see one of the keys of `bad` (bit j of word w:
  * key n0 + 32w + j)? Tested key by key with the seam's FC_KEY_VISIBLE, over
  * the set bits only (called where some key held NaN/Inf: rare). */
+/* The output factors of key `key` of a block starting at n0 (the
+ * backward's epilogues): dK's `scale`, dV's 1 — or NaN for both where the
+ * key's K row held NaN/Inf (bit key − n0 of bad, as the scrub recorded it;
+ * keys < n0 + 128) and some query row sees the key, the result the
+ * unscrubbed products would give. Constant indices into bad only (it stays
+ * in registers). */
+template <bool KSCRUB>
+__device__ __forceinline__ void kv_out_factors(const fc_mask &mask, const uint32_t (&bad)[4], bool anybad, int key,
+                                               int n0, int Sk, float scale, float &f, float &fv) {
+    f = scale, fv = 1.f;
+    if (!KSCRUB || !anybad || key >= Sk) return;
+    const int kw = (key - n0) >> 5;
+    uint32_t word = bad[0];
+#pragma unroll
+    for (int w = 1; w < 4; ++w)
+        if (kw == w) word = bad[w];
+    if ((word >> ((key - n0) & 31)) & 1u) {
+        int64_t r0[2], r1[2];
+        if (fc_key_block_rows(&mask, key, key + 1, r0, r1) > 0) f = fv = __int_as_float(0x7fc00000);
+    }
+}
+
+/* Byte offset of the 2-byte element (row r, column c) of a 128B-swizzled box
+ * tile of `rows` rows as TMA loads and stores it: 64-column blocks rows·128
+ * bytes apart, the 16-byte chunk k of row r at chunk k ^ (r & 7). A warp's
+ * 8 rows × 4 pairs of one 8-column group cover the 32 banks. */
+__device__ __forceinline__ uint32_t sw128_off(int r, int c, int rows) {
+    return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + 2 * (c & 7));
+}
+
 __device__ __forceinline__ bool sees_bad_key(const Vis &v, int n0, const uint32_t (&bad)[4]) {
 #pragma unroll
     for (int w = 0; w < 4; ++w)

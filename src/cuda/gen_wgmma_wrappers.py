@@ -43,6 +43,7 @@ def rs(n, ty):
 out = []
 for ty in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty))
+    out.append(ss(176, ty))  # S = Q·Kᵀ over 176-key tiles (forward, HD 128, every row seeing every key)
     out.append(ss(112, ty))  # S = Q·Kᵀ over 112-key tiles (forward, HD 192)
     out.append(ss(80, ty))   # ... over 80-key tiles (forward, HD 256)
     out.append(ss(128, ty, tb=True))

@@ -1210,6 +1210,11 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         /* wgmma bwd HD256 with the unordered dQ (deterministic 0), D 200 (padded to 256), softcap, sink
          * logits, Sq < Sk / tc bwd HD256 */
         {{F, 1, 200, 333, 4, 2, 200, 0, -1, -1, 0, true, false, false, false, false, 5.0, false, 0, false}, true},
+        /* wgmma fwd with 176-key tiles (every row sees every key, Sk ≥ 4096; wg_wide): the last
+         * tile partly past Sk; softcap alone with sink logits (the fixed-max instance), and D 96
+         * plain / tc bwd */
+        {{BF, 1, 70, 4100, 4, 2, 128, 0, -1, -1, 0, true, false, false, false, false, 5.0, false, 1, false}, true},
+        {{F, 1, 70, 4177, 2, 1, 96, 0, -1, -1, 0, false, false, false, false, false, 0.0, false, 1, false}, true},
         /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
          * 65 rows and 129 keys: one past a tile */
         {{BF, 2, 65, 129, 4, 2, 64, 0, -1, -1, 0, false, false, false, false, true, 0.0, false, 1, false}, false},
