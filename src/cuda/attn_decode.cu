@@ -180,11 +180,11 @@ __global__ void __launch_bounds__(32 * CMB_WARPS) attn_decode_combine_kernel(con
     __shared__ float red[2][CMB_WARPS];          /* per-warp M, then ℓ */
     __shared__ float osum[CMB_WARPS][CD * 32];   /* per-warp O sums */
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int64_t row = blockIdx.x;
+    const uint32_t row = blockIdx.x; /* 32-bit index arithmetic: the grid is ≤ INT_MAX CTAs (decode_plan) */
     const fc_attn &a = p.a;
-    const int r = (int)(row % da.rmax);
-    const int hk = (int)(row / da.rmax % p.Hkv);
-    const int64_t b = row / da.rmax / p.Hkv;
+    const int r = (int)(row % (uint32_t)da.rmax);
+    const int hk = (int)(row / (uint32_t)da.rmax % (uint32_t)p.Hkv);
+    const int64_t b = (int64_t)(row / (uint32_t)da.rmax / (uint32_t)p.Hkv);
     const fc_seq seq = fc_attn_seq(&a, b);
     const int G = p.group, D = p.D, n = da.nsplit;
     if (r >= G * (int)seq.Sq) return; /* (uniform over the CTA) */
@@ -366,8 +366,10 @@ template <typename T, class K> static flashc_status run(const fcc_attn &p, const
 
 /* Splits of the keys per work unit (row block × kv head × sequence): one when
  * the units alone fill 0.8 of a wave of CTA slots (sm_count × CTAs per SM);
- * else the smallest count whose waves are ≥ 85 % as full as the best one's
- * (FlashAttention's num_splits_heuristic), with every warp of a split
+ * else the smallest count whose waves are ≥ 95 % as full as the best one's
+ * (FlashAttention's num_splits_heuristic takes 85 %: on the H200, B=1 Hkv 8
+ * got 15 splits of 17–18 tiles instead of 16 of 16, and 4k keys ran 0.4 µs
+ * longer, benchmarks/NOTES.md), with every warp of a split
  * getting ≥ 2 tiles and at most 128 splits. Decode is bound by memory: the
  * point is to keep every SM streaming, with as few partials as that takes. */
 int fcc_decode_splits(int64_t units, int64_t tiles, int64_t slots, int nw) {
@@ -382,7 +384,7 @@ int fcc_decode_splits(int64_t units, int64_t tiles, int64_t slots, int nw) {
         if (eff[s] > best) best = eff[s];
     }
     for (int64_t s = 1; s <= maxs; ++s)
-        if (eff[s] >= 0.85 * best) return (int)s;
+        if (eff[s] >= 0.95 * best) return (int)s;
     return 1;
 }
 

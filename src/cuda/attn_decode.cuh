@@ -121,13 +121,16 @@ template <int RB, int BN> struct DecCta {
     int na, k0, k1;
     /* false: this sequence has no such rows (the whole CTA leaves). */
     __device__ __forceinline__ bool init(const fcc_attn &p, const DecArgs &da) {
-        int64_t bid = blockIdx.x;
-        const int rb = (int)(bid % da.nrb);
-        bid /= da.nrb;
-        split = (int)(bid % da.nsplit);
-        bid /= da.nsplit;
-        hk = (int)(bid % p.Hkv);
-        b = bid / p.Hkv;
+        /* 32-bit index arithmetic (the grid is ≤ INT_MAX CTAs, decode_plan): a
+         * 64-bit division is a long instruction sequence, and this runs before
+         * the CTA's first load. */
+        uint32_t bid = blockIdx.x;
+        const int rb = (int)(bid % (uint32_t)da.nrb);
+        bid /= (uint32_t)da.nrb;
+        split = (int)(bid % (uint32_t)da.nsplit);
+        bid /= (uint32_t)da.nsplit;
+        hk = (int)(bid % (uint32_t)p.Hkv);
+        b = (int64_t)(bid / (uint32_t)p.Hkv);
         seq = fc_attn_seq(&p.a, b);
         const int G = p.group, Sq = (int)seq.Sq;
         r0 = rb * RB;
@@ -137,9 +140,14 @@ template <int RB, int BN> struct DecCta {
         kt = key_tiles<BN>(mask, r0 / G, (r0 + nr - 1) / G);
         na = kt.a1 - kt.first;
         const int T_ = na + (kt.b1 - kt.b0);
-        k0 = (int)((int64_t)split * T_ / da.nsplit);
-        k1 = (int)((int64_t)(split + 1) * T_ / da.nsplit);
+        k0 = split_at(split, T_, da.nsplit);
+        k1 = split_at(split + 1, T_, da.nsplit);
         return true;
+    }
+    /* ⌊s·T / n⌋ (0 ≤ s ≤ n): in 32 bits where the product fits. */
+    static __device__ __forceinline__ int split_at(int s, int T, int n) {
+        const uint64_t x = (uint64_t)s * (uint64_t)T;
+        return (int)(x <= 0xFFFFFFFFu ? (uint64_t)((uint32_t)x / (uint32_t)n) : x / (uint64_t)n);
     }
     /* The first key of tile index k (k0 ≤ k < k1). */
     __device__ __forceinline__ int tile_key0(int k) const { return (k < na ? kt.first + k : kt.b0 + (k - na)) * BN; }
