@@ -832,37 +832,30 @@ def test_score_mods_forward_176_key_tiles(rng, monkeypatch, mods, D, dtype):
     _mods_fwd_case(rng, monkeypatch, 1, 150, 4200, 4, 2, D, dtype, _MOD_SETS[mods], dict(use_sinks=True))
 
 
-def test_wgmma_forward_176_key_tiles_taken(rng):
+def test_wgmma_forward_176_key_tiles_taken(rng, monkeypatch):
     # The plan takes the 176-key instance where it applies, and the 128-key
     # one below 4096 keys and under a 200 KB shared-memory cap (kernel names
     # the CUDA profiler records: WgTraits<128, 2, 128, 176>).
-    import os
     cc = _device_cc()
     if cc != (9, 0):
         pytest.skip("wgmma forward runs on compute capability 9.0 only (this device: %s)" % (cc,))
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    def names(Sk, env=None):
+    def names(Sk, cap=None):
+        if cap:
+            monkeypatch.setenv("FLASHC_CUDA_SMEM_LIMIT", cap)
+        else:
+            monkeypatch.delenv("FLASHC_CUDA_SMEM_LIMIT", raising=False)
         q, k, v = (rand(rng, s, "bfloat16") for s in ((1, 256, 4, 128), (1, Sk, 2, 128), (1, Sk, 2, 128)))
-        old = os.environ.get("FLASHC_CUDA_SMEM_LIMIT")
-        if env:
-            os.environ["FLASHC_CUDA_SMEM_LIMIT"] = env
-        try:
+        _wg_fwd_run(q, k, v, None)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
             _wg_fwd_run(q, k, v, None)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                _wg_fwd_run(q, k, v, None)
-                torch.cuda.synchronize()
-        finally:
-            if env:
-                if old is None:
-                    os.environ.pop("FLASHC_CUDA_SMEM_LIMIT", None)
-                else:
-                    os.environ["FLASHC_CUDA_SMEM_LIMIT"] = old
+            torch.cuda.synchronize()
         return [e.key for e in prof.key_averages() if e.device_time_total > 0 and "attn_fwd_wgmma" in e.key]
     wide = names(4096)
     assert wide and all("176" in n for n in wide), wide
-    for n in (names(4000), names(4096, env="200000")):
+    for n in (names(4000), names(4096, cap="200000")):
         assert n and not any("176" in x for x in n), n
 
 
