@@ -77,6 +77,18 @@ void fc_attn_strides(int64_t *dst, int n, const flashc_tensor *t) {
     for (int i = 0; i < n; ++i) dst[i] = empty || i < lead ? 0 : t->strides[i - lead];
 }
 
+void fc_attn_bind_qkvo(fc_attn *a, const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                       const flashc_tensor *o) {
+    a->q = q->data;
+    a->k = k->data;
+    a->v = v->data;
+    a->o = o->data;
+    fc_attn_strides(a->sq, 4, q);
+    fc_attn_strides(a->sk, 4, k);
+    fc_attn_strides(a->sv, 4, v);
+    fc_attn_strides(a->so, 4, o);
+}
+
 flashc_status fc_expect_shape(const flashc_tensor *t, const char *name, const flashc_tensor *ref, const char *like,
                               const char *const *axes) {
     FC_RETURN_IF(t->ndim != ref->ndim, FLASHC_ERR_SHAPE, "%s.ndim=%d must equal %s.ndim=%d", name, (int)t->ndim,
@@ -275,14 +287,7 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
                  (long long)k->shape[0], (long long)a->B);
     FC_TRY(fc_expect_shape(v, "v", k, "k", FC_AXES4));
     FC_TRY(fc_expect_shape(o, "o", q, "q", FC_AXES4));
-    a->q = q->data;
-    a->k = k->data;
-    a->v = v->data;
-    a->o = o->data;
-    fc_attn_strides(a->sq, 4, q);
-    fc_attn_strides(a->sk, 4, k);
-    fc_attn_strides(a->sv, 4, v);
-    fc_attn_strides(a->so, 4, o);
+    fc_attn_bind_qkvo(a, q, k, v, o);
     return fc_attn_options(p, a);
 }
 

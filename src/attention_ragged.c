@@ -69,14 +69,7 @@ static flashc_status build_varlen(const flashc_tensor *q, const flashc_tensor *k
     a->Tq = q->shape[0];
     a->Tk = k->shape[0];
     a->Bk = 1;
-    a->q = q->data;
-    a->k = k->data;
-    a->v = v->data;
-    a->o = o->data;
-    fc_attn_strides(a->sq, 4, q);
-    fc_attn_strides(a->sk, 4, k);
-    fc_attn_strides(a->sv, 4, v);
-    fc_attn_strides(a->so, 4, o);
+    fc_attn_bind_qkvo(a, q, k, v, o);
 
     FC_TRY(fc_check_index_tensor(sv->cu_seqlens_q, "cu_seqlens_q", 1));
     FC_TRY(fc_check_index_tensor(sv->cu_seqlens_k, "cu_seqlens_k", 1));

@@ -83,6 +83,9 @@ flashc_status fc_attn_head_vector(const flashc_tensor *t, const char *name, cons
  * (batch, head, seq)); a packed tensor (ndim n − 1) gets a 0 batch stride in
  * front; an empty tensor gets zeros. */
 void fc_attn_strides(int64_t *dst, int n, const flashc_tensor *t);
+/* q, k, v, o's data pointers and strides (fc_attn_strides, n = 4) into a. */
+void fc_attn_bind_qkvo(fc_attn *a, const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                       const flashc_tensor *o);
 /* t must have ref's ndim and shape (axes names the axes in messages). */
 flashc_status fc_expect_shape(const flashc_tensor *t, const char *name, const flashc_tensor *ref, const char *like,
                               const char *const *axes);
