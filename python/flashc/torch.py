@@ -217,6 +217,20 @@ def _params_ref(backend, stream, opts):
     return rp
 
 
+def _fwd_params_ref(backend, stream, opts, sinks, alibi_slopes):
+    """byref(params) of a forward: _params_ref's shared one where it has
+    one, else built for this call (sinks / slopes as _head_vector made them)."""
+    rp = _params_ref(backend, stream, opts) if sinks is None and alibi_slopes is None else None
+    if rp is not None:
+        return rp
+    causal, softmax_scale, window, sink_tokens, softcap, deterministic = opts
+    return ctypes.byref(attn_params(
+        backend, stream=stream, causal=bool(causal), softmax_scale=softmax_scale, window=window,
+        sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic),
+        sinks=_tensor(sinks, "sinks") if sinks is not None else None,
+        alibi_slopes=_tensor(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None))
+
+
 def _opts(kw):
     """The options tuple of _params_ref from the kw dict that _Attention and
     the compiled operator carry."""
@@ -230,14 +244,7 @@ def _attn_fwd(q, k, v, sinks, alibi_slopes, opts, want_lse):
     want_lse is false. The one forward body of every torch path (inference,
     autograd, the compiled operator)."""
     backend, stream = _placement((q, k, v))
-    rp = _params_ref(backend, stream, opts) if sinks is None and alibi_slopes is None else None
-    if rp is None:
-        causal, softmax_scale, window, sink_tokens, softcap, deterministic = opts
-        rp = ctypes.byref(attn_params(
-            backend, stream=stream, causal=bool(causal), softmax_scale=softmax_scale, window=window,
-            sink_tokens=int(sink_tokens), softcap=softcap, deterministic=bool(deterministic),
-            sinks=_tensor(sinks, "sinks") if sinks is not None else None,
-            alibi_slopes=_tensor(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None))
+    rp = _fwd_params_ref(backend, stream, opts, sinks, alibi_slopes)
     o = _like(q)
     lse = None
     if want_lse and q.dim() == 4:  # else the library reports the shape error
@@ -600,15 +607,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k_new=None, v_new=None, *, cache
                              (table, "block_table", I32)))
     o = _like(q)
     opts = (causal, softmax_scale, window, sink_tokens, softcap, True)
-    rp = _params_ref(backend, stream, opts) if sinks is None and alibi_slopes is None else None
-    if rp is None:
-        s = _head_vector(sinks, q, "sinks")
-        a = _head_vector(alibi_slopes, q, "alibi_slopes")
-        rp = ctypes.byref(attn_params(backend, stream=stream,
-                                      sinks=_tensor(s, "sinks") if s is not None else None,
-                                      alibi_slopes=_tensor(a, "alibi_slopes") if a is not None else None,
-                                      causal=bool(causal), softmax_scale=softmax_scale, window=window,
-                                      sink_tokens=int(sink_tokens), softcap=softcap))
+    rp = _fwd_params_ref(backend, stream, opts, _head_vector(sinks, q, "sinks"),
+                         _head_vector(alibi_slopes, q, "alibi_slopes"))
     _check(fn(_desc(q, "q"), cache, _desc(o, "o"), None, rp))
     if (k_new is not None or v_new is not None) and _increment_version is not None:
         # Written through raw pointers: tell autograd the caches changed
