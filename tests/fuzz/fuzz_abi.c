@@ -958,12 +958,14 @@ static void wsum_check(const void *p) {
         for (int64_t rr = 0; rr < R; ++rr) {
             int64_t q = rr;
             for (int i = nd - 2; i >= 0; --i) idx[i] = q % c->xs[i], q /= c->xs[i];
-            double acc = 0;
+            double acc = 0, mag = 0; /* mag: the terms' magnitude (the sum may cancel) */
             for (int64_t d = 0; d < D; ++d) {
                 idx[nd - 1] = d;
-                acc += get(&c->x.t, idx) * get(&c->w.t, &d);
+                const double t = get(&c->x.t, idx) * get(&c->w.t, &d);
+                acc += t;
+                mag += fabs(t);
             }
-            cmp_add(&cy, get(&c->y.t, idx), acc);
+            cmp_add_m(&cy, get(&c->y.t, idx), acc, mag);
         }
         cmp_check(&cy, dt, "weighted_sum y");
         return;
