@@ -972,6 +972,7 @@ static void wsum_check(const void *p) {
     }
     cmp cdx = {0}, cdw = {0};
     double *dwr = calloc((size_t)(D > 0 ? D : 1), sizeof(double));
+    double *dwm = calloc((size_t)(D > 0 ? D : 1), sizeof(double)); /* the terms' magnitude (sums that cancel) */
     for (int64_t rr = 0; rr < R; ++rr) {
         int64_t q = rr;
         for (int i = nd - 2; i >= 0; --i) idx[i] = q % c->xs[i], q /= c->xs[i];
@@ -979,12 +980,15 @@ static void wsum_check(const void *p) {
         for (int64_t d = 0; d < D; ++d) {
             idx[nd - 1] = d;
             if (c->want_dx) cmp_add(&cdx, get(&c->dx.t, idx), g * get(&c->w.t, &d));
-            dwr[d] += g * get(&c->x.t, idx);
+            const double t = g * get(&c->x.t, idx);
+            dwr[d] += t;
+            dwm[d] += fabs(t);
         }
     }
     if (c->want_dw)
-        for (int64_t d = 0; d < D; ++d) cmp_add(&cdw, get(&c->dw.t, &d), dwr[d]);
+        for (int64_t d = 0; d < D; ++d) cmp_add_m(&cdw, get(&c->dw.t, &d), dwr[d], dwm[d]);
     free(dwr);
+    free(dwm);
     cmp_check(&cdx, dt, "weighted_sum_bwd dx");
     cmp_check(&cdw, dt, "weighted_sum_bwd dw");
 }
