@@ -98,6 +98,24 @@ def window_rows(W, D, B, Hq, Hkv):
             tc = bwd_time(lambda: sdpa(qt, kt, vt, causal, Hq != Hkv), (qt, kt, vt), do.transpose(1, 2))
             line += "   cudnn %8.1f us %6.1f TFLOP/s" % (tc, fl / tc / 1e6)
         print(line, flush=True)
+    # Where the window's time goes: the same window with the unordered dQ
+    # (deterministic=False: the ordering's wait), and the band without masks —
+    # non-causal, Sk = S, Sq = W + 128 (every key block then walks the tiles
+    # a window block walks, ~(W + 128) / 64 a head, none masked): the window
+    # row's time against it is the masks' cost (edge tiles, P/dS selection)
+    # plus the dQ ordering; the band's TFLOP/s counts every pair it computes.
+    fw = 2.5 * 4.0 * B * Hq * D * pairs["window"]
+    tf = bwd_time(lambda: ft.attention(q, k, v, causal=True, window=(W - 1, 0), deterministic=False),
+                  (q, k, v), do)
+    print("%-14s flashc %8.1f us %6.1f TFLOP/s" % ("window atomic", tf, fw / tf / 1e6), flush=True)
+    for Sb in (W, W + 128):
+        qb = make(B, Sb, Hq, D)
+        dob = torch.randn(B, Sb, Hq, D, device="cuda", dtype=torch.bfloat16)
+        for det in (True, False):
+            tf = bwd_time(lambda: ft.attention(qb, k, v, deterministic=det), (qb, k, v), dob)
+            fb = 2.5 * 4.0 * B * Hq * D * Sb * S
+            print("%-14s flashc %8.1f us %6.1f TFLOP/s computed, %6.1f of the window's useful work"
+                  % ("band Sq=%d%s" % (Sb, "" if det else " at"), tf, fb / tf / 1e6, fw / tf / 1e6), flush=True)
 
 
 def main():

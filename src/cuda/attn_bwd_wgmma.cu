@@ -38,8 +38,10 @@
  *     converts the buffer to dq.
  *   Deterministic (default): the key blocks add to each dQ tile in a fixed
  *     order, kept by a counter per (b, h, tile) in global memory: the drain
- *     waits until the count equals its place (key_block_ordinal), adds,
- *     and increments it.
+ *     waits until the count equals its place (key_block_ordinal), adds
+ *     (place 0: copies — the buffer is not zeroed in this mode), and
+ *     increments it (a release reduction once the bulk operation is done;
+ *     the smem buffer is handed back as soon as it has been read).
  *     The order (ORD_*, below): decreasing key blocks, launched in that
  *     order, where some row misses some key (ORD_DOWN); where every row
  *     sees every key, the order they come in if a head's blocks fit the
@@ -166,14 +168,22 @@ template <int HD_, int DQM_, int DV_ = HD_> struct KvTraits {
  * the convert kernel undoes it. */
 __host__ __device__ __forceinline__ int dq_col(int r, int c, int HD) { return (c + 8 * (r & 7)) & (HD - 1); }
 
-/* Bulk asynchronous add of `bytes` fp32 from smem to global (TMA engine). */
-__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-                 "r"(src), "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+/* Bulk asynchronous add (store: copy) of `bytes` fp32 from smem to global
+ * (TMA engine), issued and committed; bulk_wait_read / bulk_wait_all below
+ * wait for the source to be read / for the writes to be done. A tile's
+ * first addition in the ordered (deterministic) mode is a copy: the buffer
+ * is not zeroed first (dq_first, below). */
+__device__ __forceinline__ void bulk_put_f32(float *dst, uint32_t src, uint32_t bytes, bool store) {
+    if (store)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+                     : "memory");
+    else
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                     "r"(src), "r"(bytes)
+                     : "memory");
+    bulk_commit();
 }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 /* The order in which the key blocks add to a dQ tile (deterministic mode),
  * chosen on the host:
@@ -221,14 +231,19 @@ __device__ __forceinline__ int key_block_ordinal_rot(int m, int kb, int nkb, int
 /* Waits until *sem reaches `target` (acquire). Bounded (~1 s): should the
  * blocks it waits on not run in that time (another kernel holding the SMs
  * that long under ORD_DOWN/ROT; a count that never comes cannot happen, see
- * key_block_ordinal), the wait ends instead of hanging the device: the sum
- * is still complete, only its order (the last bits) may differ. */
+ * key_block_ordinal), the wait ends instead of hanging the device, once the
+ * tile's first addition (the copy that initialises it) is done: the sum is
+ * still complete, only its order (the last bits) may differ. */
 __device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
+    int v = 0;
     for (uint32_t spin = 0; spin < (1u << 22); ++spin) {
-        int v;
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-        if (v >= target) break;
+        if (v >= target) return;
         __nanosleep(spin < 64 ? 32 : 256);
+    }
+    while (v < 1) { /* past the bound: never before the tile's copy */
+        __nanosleep(256);
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
     }
 }
 
@@ -345,6 +360,10 @@ __device__ __forceinline__ int dq_order_place(const TileWalk &tw, const fc_mask 
 struct DqTurn {
     int place;  /* the count of the tile's counter this block waits for */
     bool ready; /* the count was there at the poll */
+    /* The tile's first addition (place 0, ordered mode): a copy, not an add —
+     * the dQ buffer is not zeroed (the convert kernel writes 0 for the rows
+     * that see no key, whose tiles no block visits). */
+    __device__ __forceinline__ bool first() const { return place == 0; }
 };
 template <int BN, int DQM>
 __device__ __forceinline__ DqTurn dq_order_turn(const TileWalk &tw, const fc_mask &mask, int i0, int Sq, int nkb,
@@ -362,10 +381,13 @@ __device__ __forceinline__ void dq_order_wait(const int *sem, const DqTurn &t) {
     if (!t.ready) sem_wait_geq(sem, t.place);
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
+/* After this block's additions to the tile are complete (bulk_wait_all):
+ * count it, with release semantics (the async proxy's writes ordered before
+ * the generic release by the proxy fence; no fence.sc: measured ~20 % of the
+ * drain thread's time). */
 __device__ __forceinline__ void dq_order_done(int *sem) {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    __threadfence();
-    atomicAdd(sem, 1);
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
 
 template <typename T, class K, int V, bool SCRUB>
@@ -480,10 +502,12 @@ __global__ void __launch_bounds__(384, 1)
                 const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
                 rdq.wait_full(it);
                 if (DQM == DQ_ORDERED) dq_order_wait(sem, turn);
-                bulk_reduce_add_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
-                                    K::DQ_BYTES);
-                if (DQM == DQ_ORDERED) dq_order_done(sem);
+                bulk_put_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
+                             K::DQ_BYTES, DQM == DQ_ORDERED && turn.first());
+                bulk_wait_read(); /* the buffer is free once read: the consumers go on while the add completes */
                 rdq.release(it);
+                bulk_wait_all();
+                if (DQM == DQ_ORDERED) dq_order_done(sem);
             }
         }
     } else {
@@ -816,16 +840,6 @@ __device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, const
                 Ops<T>::pack(x[2 * jj + 1][2], x[2 * jj + 1][3]));
 }
 
-/* Bulk asynchronous add of `bytes` fp32 from smem to global; returns once
- * the source has been read (the add may still be in flight). */
-__device__ __forceinline__ void bulk_reduce_add_f32_read(float *dst, uint32_t src, uint32_t bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-                 "r"(src), "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
 template <typename T, class K, int V, bool SCRUB>
 __global__ void __launch_bounds__(384, 1)
     bwd_wide_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
@@ -948,11 +962,12 @@ __global__ void __launch_bounds__(384, 1)
                     const Ring<1> &rr = c ? rdq1 : rdq0;
                     rr.wait_full(2 * it + r);
                     if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, turn);
-                    bulk_reduce_add_f32_read(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES,
-                                             (r ? W1 : 64) * BQ * 4);
+                    bulk_put_f32(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES, (r ? W1 : 64) * BQ * 4,
+                                 DQM == DQ_ORDERED && turn.first());
+                    bulk_wait_read();
                     rr.release(2 * it + r);
                 }
-                asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+                bulk_wait_all();
                 if (DQM == DQ_ORDERED) dq_order_done(sem);
             }
         }
@@ -1181,8 +1196,9 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
 }
 
 /* dq = scale · dQacc (the fused kernels' fp32 buffer, [B, Hq, Sqp] rows of
- * HD floats, each 64-row tile laid out by dq_piece_off) in T; rows that no
- * key block reached hold zeros. A row per TPR threads (HD / 4 rounded up to
+ * HD floats, each 64-row tile laid out by dq_piece_off) in T; a row that
+ * sees no key gets 0 without a read (no key block visits its tile if no row
+ * of the tile sees a key: the ordered mode's buffer is not zeroed). A row per TPR threads (HD / 4 rounded up to
  * a power of two), 4 columns a thread: dq_piece_off keeps 4 columns of a
  * multiple of 4 together (pieces ≥ 32 wide, rotations by multiples of 8),
  * so one 16-byte load; the row's (b, h, i) worked out once per thread (the
@@ -1200,8 +1216,12 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
         const int i = (int)(row % p.Sq);
         const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
         const int ir = i & 63;
+        int64_t se, lo, hi;
+        fc_visible_keys(&p.mask, i, &se, &lo, &hi);
         const float4 x =
-            __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c)));
+            se > 0 || hi > lo
+                ? __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c)))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
         if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
             uint2 w;
@@ -1397,7 +1417,10 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
     float *Lb = scr, *Db = scr + nrows;
     dq.acc = scr + off_acc;
     dq.sem = reinterpret_cast<int *>(dq.acc + nacc);
-    FCC_CHECK(cudaMemsetAsync(dq.acc, 0, nacc * sizeof(float) + nsem * sizeof(int), st));
+    /* The ordered mode initialises each dQ tile by its first addition (a
+     * copy): only the counters are zeroed; the unordered one adds to zeros. */
+    if (dqm == DQ_ORDERED) FCC_CHECK(cudaMemsetAsync(dq.sem, 0, nsem * sizeof(int), st));
+    else FCC_CHECK(cudaMemsetAsync(dq.acc, 0, nacc * sizeof(float) + nsem * sizeof(int), st));
     flashc_status s = fcc_bwd_prep_run(p, Lb, Db);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
     if (s == FLASHC_OK)
