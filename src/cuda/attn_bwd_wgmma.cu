@@ -39,7 +39,8 @@
  *   Deterministic (default): the key blocks add to each dQ tile in a fixed
  *     order, kept by a counter per (b, h, tile) in global memory: the drain
  *     waits until the count equals its place (key_block_ordinal), adds
- *     (place 0: copies — the buffer is not zeroed in this mode), and
+ *     (place 0 under ORD_UP/DOWN: copies — the buffer is not zeroed then,
+ *     dq_copy_first), and
  *     increments it (a release reduction once the bulk operation is done;
  *     the smem buffer is handed back as soon as it has been read).
  *     The order (ORD_*, below): decreasing key blocks, launched in that
@@ -171,8 +172,8 @@ __host__ __device__ __forceinline__ int dq_col(int r, int c, int HD) { return (c
 /* Bulk asynchronous add (store: copy) of `bytes` fp32 from smem to global
  * (TMA engine), issued and committed; bulk_wait_read / bulk_wait_all below
  * wait for the source to be read / for the writes to be done. A tile's
- * first addition in the ordered (deterministic) mode is a copy: the buffer
- * is not zeroed first (dq_first, below). */
+ * first addition in the ordered (deterministic) mode is a copy where
+ * dq_copy_first (below) holds: the buffer is not zeroed first. */
 __device__ __forceinline__ void bulk_put_f32(float *dst, uint32_t src, uint32_t bytes, bool store) {
     if (store)
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
@@ -228,20 +229,31 @@ __device__ __forceinline__ int key_block_ordinal_rot(int m, int kb, int nkb, int
     return (hi + 1) + max(0, nkb - (nqt + lo)); /* [0, m] and the wrapped [nqt + lo, nqt) */
 }
 
+/* Whether a dQ tile's first addition is a copy into the unzeroed buffer
+ * (ordered mode, ORD_UP / ORD_DOWN: place 0 is then launched before every
+ * block that waits on it, so the wait below for the copy cannot hang while
+ * the blocks run at all). ORD_ROT waits on blocks launched later: there the
+ * buffer is zeroed and every addition an add, so that a wait that expires
+ * (the blocks of a head not all resident: another kernel holding SMs) can
+ * go on without the copy. */
+__host__ __device__ __forceinline__ bool dq_copy_first(int dqm, int order) {
+    return dqm == DQ_ORDERED && order != ORD_ROT;
+}
+
 /* Waits until *sem reaches `target` (acquire). Bounded (~1 s): should the
  * blocks it waits on not run in that time (another kernel holding the SMs
  * that long under ORD_DOWN/ROT; a count that never comes cannot happen, see
- * key_block_ordinal), the wait ends instead of hanging the device, once the
- * tile's first addition (the copy that initialises it) is done: the sum is
- * still complete, only its order (the last bits) may differ. */
-__device__ __forceinline__ void sem_wait_geq(const int *sem, int target) {
+ * key_block_ordinal), the wait ends instead of hanging the device — under
+ * copy_first once the tile's copy is done (count ≥ 1): the sum is still
+ * complete, only its order (the last bits) may differ. */
+__device__ __forceinline__ void sem_wait_geq(const int *sem, int target, bool copy_first) {
     int v = 0;
     for (uint32_t spin = 0; spin < (1u << 22); ++spin) {
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
         if (v >= target) return;
         __nanosleep(spin < 64 ? 32 : 256);
     }
-    while (v < 1) { /* past the bound: never before the tile's copy */
+    while (copy_first && v < 1) { /* past the bound: never before the tile's copy */
         __nanosleep(256);
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
     }
@@ -360,25 +372,25 @@ __device__ __forceinline__ int dq_order_place(const TileWalk &tw, const fc_mask 
 struct DqTurn {
     int place;  /* the count of the tile's counter this block waits for */
     bool ready; /* the count was there at the poll */
-    /* The tile's first addition (place 0, ordered mode): a copy, not an add —
-     * the dQ buffer is not zeroed (the convert kernel writes 0 for the rows
-     * that see no key, whose tiles no block visits). */
-    __device__ __forceinline__ bool first() const { return place == 0; }
+    bool copy;  /* the tile's first addition (place 0, dq_copy_first): a copy, not an add —
+                   the dQ buffer is not zeroed (the convert kernel writes 0 for the rows
+                   that see no key, whose tiles no block visits) */
 };
 template <int BN, int DQM>
 __device__ __forceinline__ DqTurn dq_order_turn(const TileWalk &tw, const fc_mask &mask, int i0, int Sq, int nkb,
                                                 int order, const int *sem) {
-    DqTurn t = {0, true};
+    DqTurn t = {0, true, false};
     if (DQM == DQ_ORDERED) {
         t.place = dq_order_place<BN>(tw, mask, i0, Sq, nkb, order);
+        t.copy = t.place == 0 && dq_copy_first(DQM, order);
         int v;
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
         t.ready = v >= t.place;
     }
     return t;
 }
-__device__ __forceinline__ void dq_order_wait(const int *sem, const DqTurn &t) {
-    if (!t.ready) sem_wait_geq(sem, t.place);
+__device__ __forceinline__ void dq_order_wait(const int *sem, const DqTurn &t, int order) {
+    if (!t.ready) sem_wait_geq(sem, t.place, dq_copy_first(DQ_ORDERED, order));
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 /* After this block's additions to the tile are complete (bulk_wait_all):
@@ -501,9 +513,9 @@ __global__ void __launch_bounds__(384, 1)
                 int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
                 const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
                 rdq.wait_full(it);
-                if (DQM == DQ_ORDERED) dq_order_wait(sem, turn);
+                if (DQM == DQ_ORDERED) dq_order_wait(sem, turn, order);
                 bulk_put_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
-                             K::DQ_BYTES, DQM == DQ_ORDERED && turn.first());
+                             K::DQ_BYTES, turn.copy);
                 bulk_wait_read(); /* the buffer is free once read: the consumers go on while the add completes */
                 rdq.release(it);
                 bulk_wait_all();
@@ -961,9 +973,9 @@ __global__ void __launch_bounds__(384, 1)
                     const int c = pc & 1, r = pc >> 1;
                     const Ring<1> &rr = c ? rdq1 : rdq0;
                     rr.wait_full(2 * it + r);
-                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, turn);
+                    if (pc == 0 && DQM == DQ_ORDERED) dq_order_wait(sem, turn, order);
                     bulk_put_f32(dst + K::piece_col(c, r) * BQ, sdQ + c * K::DQB_BYTES, (r ? W1 : 64) * BQ * 4,
-                                 DQM == DQ_ORDERED && turn.first());
+                                 turn.copy);
                     bulk_wait_read();
                     rr.release(2 * it + r);
                 }
@@ -1198,8 +1210,8 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
 /* dq = scale · dQacc (the fused kernels' fp32 buffer, [B, Hq, Sqp] rows of
  * HD floats, each 64-row tile laid out by dq_piece_off) in T; a row that
  * sees no key gets 0 without a read (no key block visits its tile if no row
- * of the tile sees a key: the ordered mode's buffer is not zeroed). A row per TPR threads (HD / 4 rounded up to
- * a power of two), 4 columns a thread: dq_piece_off keeps 4 columns of a
+ * of the tile sees a key: under dq_copy_first the buffer is not zeroed).
+ * A row per TPR threads (HD / 4 rounded up to a power of two), 4 columns a thread: dq_piece_off keeps 4 columns of a
  * multiple of 4 together (pieces ≥ 32 wide, rotations by multiples of 8),
  * so one 16-byte load; the row's (b, h, i) worked out once per thread (the
  * 64-bit divisions per element cost the old one-pair-a-thread kernel half
@@ -1245,11 +1257,13 @@ struct Maps {
 };
 
 /* Scratch of the fused kernel: dQacc [B, Hq, Sqp, HD] fp32 and the
- * ordering semaphores [B, Hq, Sqp / 64] int32, zeroed on the stream. */
+ * ordering semaphores [B, Hq, Sqp / 64] int32, zeroed on the stream (the
+ * buffer only where dq_copy_first does not hold). */
 struct DqScratch {
     float *acc;
     int *sem;
     int Sqp;
+    size_t nacc, nsem; /* elements of acc (contiguous with sem) and of sem */
 };
 
 /* Query rows that see some key of block kb (of BN keys). */
@@ -1297,6 +1311,10 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
      * resident (one CTA per SM) and are no more than the tiles, UP past
      * that. */
     int order = scrub ? ORD_DOWN : nkb <= p.dev.sm_count && nkb <= dq.Sqp / 64 ? ORD_ROT : ORD_UP;
+    /* The counters zeroed; the fp32 buffer too unless each tile's first
+     * addition is a copy (dq_copy_first). Stream-ordered before the kernel. */
+    if (dq_copy_first(dqm, order)) FCC_CHECK(cudaMemsetAsync(dq.sem, 0, dq.nsem * sizeof(int), st));
+    else FCC_CHECK(cudaMemsetAsync(dq.acc, 0, dq.nacc * sizeof(float) + dq.nsem * sizeof(int), st));
     Split sp = plan_split(p, nkb, order, dqm, BN);
     sp.gk = (int)gk;
     const int64_t grid = gk + (int64_t)sp.nsb * (sp.nc - 1) * p.Hkv * p.a.B;
@@ -1406,9 +1424,11 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
     const int dqm = a.deterministic ? DQ_ORDERED : DQ_ATOMIC;
     const int HD = padded((int)a.D);
     const size_t nrows = (size_t)(a.B * a.Hq * a.Sq);
-    DqScratch dq = {nullptr, nullptr, (int)((a.Sq + 63) / 64 * 64)};
+    DqScratch dq = {nullptr, nullptr, (int)((a.Sq + 63) / 64 * 64), 0, 0};
     const size_t nacc = (size_t)a.B * a.Hq * dq.Sqp * HD;
     const size_t nsem = (size_t)a.B * a.Hq * (dq.Sqp / 64);
+    dq.nacc = nacc;
+    dq.nsem = nsem;
     /* one allocation: L, Δ [nrows] fp32, dQacc (16-byte aligned), semaphores */
     const size_t off_acc = (2 * nrows + 3) & ~(size_t)3;
     const size_t bytes = (off_acc + nacc) * sizeof(float) + nsem * sizeof(int);
@@ -1417,10 +1437,6 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
     float *Lb = scr, *Db = scr + nrows;
     dq.acc = scr + off_acc;
     dq.sem = reinterpret_cast<int *>(dq.acc + nacc);
-    /* The ordered mode initialises each dQ tile by its first addition (a
-     * copy): only the counters are zeroed; the unordered one adds to zeros. */
-    if (dqm == DQ_ORDERED) FCC_CHECK(cudaMemsetAsync(dq.sem, 0, nsem * sizeof(int), st));
-    else FCC_CHECK(cudaMemsetAsync(dq.acc, 0, nacc * sizeof(float) + nsem * sizeof(int), st));
     flashc_status s = fcc_bwd_prep_run(p, Lb, Db);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
     if (s == FLASHC_OK)
