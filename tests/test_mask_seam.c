@@ -4,6 +4,13 @@
  * exactly the ranges fc_visible_keys gives row by row. Random and edge masks
  * (open sides, windows wider than the sequence, INT64_MAX windows, sink counts
  * past Sk, Sq ≠ Sk both ways), every row and every c.
+ * And fc_key_block_rows: for key blocks of several widths, its ≤ 2 row
+ * segments hold exactly the rows that see some key of the block (brute
+ * force over the keys), and their union over the blocks exactly the rows
+ * that see some key at all (se > 0 || hi > lo) — what the CUDA backward's
+ * ordered dQ relies on: every dQ tile holding such a row is visited, and
+ * so initialised by its first block's copy; the convert kernel reads only
+ * those rows (src/cuda/attn_bwd_wgmma.cu).
  */
 #include "common/attn_mask.h"
 
@@ -57,5 +64,48 @@ int main(void) {
         }
     }
     printf("test_mask_seam: %ld rows checked, %ld differ\n", checked, bad);
-    return bad != 0 || checked < 100000;
+
+    long bchecked = 0, bbad = 0;
+    static const int64_t widths[] = {1, 16, 64, 128, 176};
+    for (int t = 0; t < 600; ++t) {
+        fc_mask m;
+        m.Sq = 1 + (int64_t)(rnd() % 300);
+        m.Sk = 1 + (int64_t)(rnd() % 300);
+        m.wl = pick_side(m.Sk);
+        m.wr = rnd() % 3 == 0 ? 0 : pick_side(m.Sq);
+        m.n_sink = rnd() % 3 == 0 ? 0 : (int64_t)(rnd() % (uint64_t)(m.Sk + 8));
+        const int64_t BN = t % 6 == 5 ? 1 + (int64_t)(rnd() % 200) : widths[t % 5];
+        static unsigned char covered[300];
+        for (int64_t i = 0; i < m.Sq; ++i) covered[i] = 0;
+        for (int64_t j0 = 0; j0 < m.Sk; j0 += BN) {
+            const int64_t j1 = j0 + BN < m.Sk ? j0 + BN : m.Sk;
+            int64_t r0[2], r1[2];
+            const int n = fc_key_block_rows(&m, j0, j1, r0, r1);
+            for (int64_t i = 0; i < m.Sq; ++i) {
+                int64_t s, l, h;
+                fc_visible_keys(&m, i, &s, &l, &h);
+                int sees = 0;
+                for (int64_t j = j0; j < j1 && !sees; ++j) sees = fc_key_visible(s, l, h, j);
+                int in = 0;
+                for (int k = 0; k < n; ++k) in |= r0[k] <= i && i < r1[k];
+                covered[i] |= (unsigned char)in;
+                ++bchecked;
+                if (sees != in && ++bbad <= 10)
+                    fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld keys [%lld, %lld) row %lld: sees %d, rows %d\n",
+                            (long long)m.Sq, (long long)m.Sk, (long long)m.wl, (long long)m.wr, (long long)m.n_sink,
+                            (long long)j0, (long long)j1, (long long)i, sees, in);
+            }
+        }
+        for (int64_t i = 0; i < m.Sq; ++i) {
+            int64_t s, l, h;
+            fc_visible_keys(&m, i, &s, &l, &h);
+            ++bchecked;
+            if ((s > 0 || h > l) != (covered[i] != 0) && ++bbad <= 10)
+                fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld row %lld: sees a key %d, in a block's rows %d\n",
+                        (long long)m.Sq, (long long)m.Sk, (long long)m.wl, (long long)m.wr, (long long)m.n_sink,
+                        (long long)i, s > 0 || h > l, covered[i]);
+        }
+    }
+    printf("test_mask_seam: %ld block rows checked, %ld differ\n", bchecked, bbad);
+    return bad != 0 || checked < 100000 || bbad != 0 || bchecked < 100000;
 }
