@@ -34,15 +34,22 @@ static int64_t pick_side(int64_t S) {
     }
 }
 
+/* Sq, Sk ≤ 300; random and edge window sides (wr = 0: causal), sink counts
+ * up to past Sk. */
+static fc_mask random_mask(void) {
+    fc_mask m;
+    m.Sq = 1 + (int64_t)(rnd() % 300);
+    m.Sk = 1 + (int64_t)(rnd() % 300);
+    m.wl = pick_side(m.Sk);
+    m.wr = rnd() % 3 == 0 ? 0 : pick_side(m.Sq);
+    m.n_sink = rnd() % 3 == 0 ? 0 : (int64_t)(rnd() % (uint64_t)(m.Sk + 8));
+    return m;
+}
+
 int main(void) {
     long checked = 0, bad = 0;
     for (int t = 0; t < 3000; ++t) {
-        fc_mask m;
-        m.Sq = 1 + (int64_t)(rnd() % 300);
-        m.Sk = 1 + (int64_t)(rnd() % 300);
-        m.wl = pick_side(m.Sk);
-        m.wr = rnd() % 3 == 0 ? 0 : pick_side(m.Sq); /* 0: causal */
-        m.n_sink = rnd() % 3 == 0 ? 0 : (int64_t)(rnd() % (uint64_t)(m.Sk + 8));
+        const fc_mask m = random_mask();
         const int64_t step = 1 + (int64_t)(rnd() % 64);
         for (int64_t i0 = 0; i0 < m.Sq; i0 += step) {
             const fc_vis_span v = fc_vis_span_of(&m, i0);
@@ -68,14 +75,9 @@ int main(void) {
     long bchecked = 0, bbad = 0;
     static const int64_t widths[] = {1, 16, 64, 128, 176};
     for (int t = 0; t < 600; ++t) {
-        fc_mask m;
-        m.Sq = 1 + (int64_t)(rnd() % 300);
-        m.Sk = 1 + (int64_t)(rnd() % 300);
-        m.wl = pick_side(m.Sk);
-        m.wr = rnd() % 3 == 0 ? 0 : pick_side(m.Sq);
-        m.n_sink = rnd() % 3 == 0 ? 0 : (int64_t)(rnd() % (uint64_t)(m.Sk + 8));
+        const fc_mask m = random_mask();
         const int64_t BN = t % 6 == 5 ? 1 + (int64_t)(rnd() % 200) : widths[t % 5];
-        static unsigned char covered[300];
+        static unsigned char covered[300]; /* random_mask: Sq ≤ 300 */
         for (int64_t i = 0; i < m.Sq; ++i) covered[i] = 0;
         for (int64_t j0 = 0; j0 < m.Sk; j0 += BN) {
             const int64_t j1 = j0 + BN < m.Sk ? j0 + BN : m.Sk;
