@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Per-kernel GPU time of one flashc forward+backward (torch.profiler), for the
-shapes given as D:S[:causal[:nondet[:W[:Hkv[:Hq]]]]] (16k tokens, width 2048, bf16;
-nondet = 1: the unordered dQ, deterministic=False; W > 0: causal sliding
-window of W keys, window=(W - 1, 0); Hkv: GQA; Hq: other than 2048 / D), e.g.
+shapes given as D:S[:causal[:nondet[:W[:Hkv[:Hq[:softcap]]]]]]] (16k tokens, width 2048,
+bf16; nondet = 1: the unordered dQ, deterministic=False; W > 0: causal sliding
+window of W keys, window=(W - 1, 0); Hkv: GQA; Hq: other than 2048 / D;
+softcap > 0: that softcap), e.g.
     python3 benchmarks/prof_bwd_kernels.py 128:4096 64:4096 128:4096:1 256:4096:0:1
     python3 benchmarks/prof_bwd_kernels.py 128:16384:1:0:1024:8:32   # issue 8's SWA row
+    python3 benchmarks/prof_bwd_kernels.py 128:4096:0:0:0:16:16:30   # softcap 30
 Prints each kernel's mean time per call; needs torch with CUDA."""
 import sys
 import torch
@@ -24,6 +26,8 @@ def main():
         B, H = 16384 // S, int(parts[6]) if len(parts) > 6 else 2048 // D
         Hkv = int(parts[5]) if len(parts) > 5 else H
         kw = dict(causal=True, window=(W - 1, 0)) if W > 0 else dict(causal=causal)
+        if len(parts) > 7 and float(parts[7]) > 0:
+            kw["softcap"] = float(parts[7])
         q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k, v = (torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                 for _ in range(2))
@@ -42,8 +46,8 @@ def main():
         i = torch.arange(S, dtype=torch.float64)
         pairs = float(torch.clamp(i + 1, max=W).sum()) if W > 0 else S * S * (0.5 if causal else 1.0)
         flops = 4.0 * B * H * pairs * D
-        print("D=%d S=%d causal=%d det=%d W=%d Hkv=%d  (fwd %.3g GFLOP of visible pairs)"
-              % (D, S, causal, det, W, Hkv, flops / 1e9))
+        print("D=%d S=%d causal=%d det=%d W=%d Hkv=%d softcap=%g  (fwd %.3g GFLOP of visible pairs)"
+              % (D, S, causal, det, W, Hkv, kw.get("softcap", 0.0), flops / 1e9))
         tot = 0.0
         for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
             if e.device_time_total <= 0:

@@ -358,6 +358,11 @@ FLASHC_API const char *flashc_cpu_features(void);
  *                                      test what a GPU with less runs (sm_86/89: 99 KB, 101376;
  *                                      48 KB, 49152). Kernels and tile shapes are chosen from this
  *                                      limit; every problem runs down to 48 KB
+ *   FLASHC_CUDA_POISON_SCRATCH=0|1     CUDA: 1 fills every scratch buffer a call takes (the
+ *                                      backward's fp32 dQ accumulator, Δ, split-KV partials, the
+ *                                      weighted sum's partials) with 0xFF bytes (NaN) before its
+ *                                      kernels run, so that a kernel reading scratch it did not
+ *                                      write shows in the results (tests); one memset a buffer
  *   FLASHC_CUDA_MODULE=path            the CUDA module to load (default: libflashc_cuda.so
  *                                      beside libflashc.so); read once, at the first load
  *   FLASHC_WSUM_VARIANT=0|1            CUDA weighted sum: 0 = generic kernels only; 1 = auto */

@@ -1230,6 +1230,81 @@ def test_wgmma_backward_is_the_default(rng, D):
     assert any(want in n for n in names), sorted(names)
 
 
+_UNSEEN_CASES = {
+    # Sq > Sk with causal / window masks: the first rows see no key. (The
+    # ordered dQ adds in decreasing key-block order there, ORD_DOWN, and a
+    # tile's first addition is a copy into the unzeroed buffer.)
+    "causal": (1, 700, 300, 4, 4, dict(causal=True)),
+    "causal-gqa-sinks": (2, 520, 200, 8, 2, dict(causal=True, use_sinks=True)),
+    "window": (1, 700, 300, 4, 2, dict(causal=True, window=(100, 0))),
+    "window-open-right": (1, 600, 330, 4, 4, dict(window=(60, 5))),
+}
+
+
+@pytest.mark.parametrize("det", [True, False], ids=["ordered", "unordered"])
+@pytest.mark.parametrize("D", [64, 96, 128, 192, 256])
+@pytest.mark.parametrize("case", list(_UNSEEN_CASES))
+def test_backward_unseen_rows_with_poisoned_scratch(rng, monkeypatch, case, D, det):
+    """The backward's scratch (the fp32 dQ accumulator, L, Δ) filled with NaN
+    bytes before the kernels run (FLASHC_CUDA_POISON_SCRATCH=1): rows that see
+    no key come out exactly 0 without reading the accumulator (no key block
+    visits their dQ tiles, which are never written under the ordered dQ's
+    copy-first), every other element is finite and matches the float64
+    reference — on the default (wgmma on Hopper) and the mma.sync kernels."""
+    B, Sq, Sk, Hq, Hkv, kw = _UNSEEN_CASES[case]
+    kw = dict(kw)
+    use_sinks = kw.pop("use_sinks", False)
+    q, k, v, do = (rand(rng, s, "bfloat16") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D),
+                                                    (B, Sk, Hkv, D), (B, Sq, Hq, D)))
+    sinks = (rng.standard_normal(Hq) * 2).astype(np.float32) if use_sinks else None
+    unseen = ~visible_mask(Sq, Sk, **{n: kw[n] for n in ("causal", "window") if n in kw}).any(axis=1)
+    assert unseen.sum() >= 128, "the case should hold whole unseen dQ tiles"
+    f = np.float64
+    ref = attention_backward_reference(do.astype(f), q.astype(f), k.astype(f), v.astype(f),
+                                       sinks=None if sinks is None else sinks.astype(f), **kw)
+    T = fcuda.to_device
+    ds = T(sinks) if sinks is not None else None
+    monkeypatch.setenv("FLASHC_CUDA_POISON_SCRATCH", "1")
+    for kernel in (None, "mma"):
+        if kernel:
+            monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)
+        o, lse = flashc.attention(T(q), T(k), T(v), return_lse=True, sinks=ds, **kw)
+        outs = tuple(T(np.full(a.shape, np.nan, a.dtype)) for a in (q, k, v))
+        if sinks is not None:
+            outs += (T(np.full(Hq, np.nan, np.float32)),)
+        g = [x.numpy() for x in flashc.attention_backward(T(do), T(q), T(k), T(v), o, lse,
+                                                           sinks=ds, out=outs, deterministic=det,
+                                                           **kw)]
+        what = "%s kernel" % (kernel or "default")
+        for name, a, r in zip(("dq", "dk", "dv", "dsinks"), g, ref):
+            a = np.asarray(a, np.float64)
+            assert np.isfinite(a).all(), "%s %s: NaN (poisoned scratch read, or unwritten)" % (
+                what, name)
+            e = _rel_l2(a, r)
+            assert e < _TC_BWD_TOL["bfloat16"], "%s %s rel-L2 %.3g" % (what, name, e)
+        assert not np.asarray(g[0], np.float64)[:, unseen].any(), \
+            "%s: dq of rows that see no key is not 0" % what
+    monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
+
+
+def test_poisoned_scratch_knob_poisons(rng, monkeypatch):
+    """The weighted sum's backward reduces dw through per-block partials in
+    scratch: with the scratch poisoned the result is bit-identical to the
+    call without (every partial is written before it is read). That the
+    knob does poison is shown by a module whose dQ conversion reads unseen
+    rows (benchmarks/NOTES.md, twenty-first session): the test above fails
+    on it."""
+    x = rand(rng, (257, 300), "float32")
+    w = rand(rng, (300,), "float32")
+    dy = rand(rng, (257,), "float32")
+    T = fcuda.to_device
+    base = [a.numpy() for a in flashc.weighted_sum_backward(T(dy), T(x), T(w))]
+    monkeypatch.setenv("FLASHC_CUDA_POISON_SCRATCH", "1")
+    pois = [a.numpy() for a in flashc.weighted_sum_backward(T(dy), T(x), T(w))]
+    for a, b in zip(base, pois):
+        assert a.tobytes() == b.tobytes()
+
+
 # ====================================================================
 # Shared-memory limits (issue 8): FLASHC_CUDA_SMEM_LIMIT makes every plan
 # choose as on a GPU with less shared memory per block — 99 KB (sm_86/89:

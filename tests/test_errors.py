@@ -1069,6 +1069,7 @@ BAD_KNOBS = [
     ("FLASHC_CUDA_SMEM_LIMIT", "99k", "a non-negative integer (bytes)"),
     ("FLASHC_CUDA_SMEM_LIMIT", "-1", "a non-negative integer (bytes)"),
     ("FLASHC_WSUM_VARIANT", "2", "0, 1"),
+    ("FLASHC_CUDA_POISON_SCRATCH", "on", "0, 1"),
 ]
 
 

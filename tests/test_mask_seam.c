@@ -7,7 +7,9 @@
  * And fc_key_block_rows: for key blocks of several widths, its ≤ 2 row
  * segments hold exactly the rows that see some key of the block (brute
  * force over the keys), and their union over the blocks exactly the rows
- * that see some key at all (se > 0 || hi > lo) — what the CUDA backward's
+ * that see some key at all (!fc_tile_empty(se, lo, hi, 0, Sk), the
+ * predicate the convert kernel uses, itself checked against brute force
+ * over every key) — what the CUDA backward's
  * ordered dQ relies on: every dQ tile holding such a row is visited, and
  * so initialised by its first block's copy; the convert kernel reads only
  * those rows (src/cuda/attn_bwd_wgmma.cu).
@@ -101,11 +103,14 @@ int main(void) {
         for (int64_t i = 0; i < m.Sq; ++i) {
             int64_t s, l, h;
             fc_visible_keys(&m, i, &s, &l, &h);
-            ++bchecked;
-            if ((s > 0 || h > l) != (covered[i] != 0) && ++bbad <= 10)
-                fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld row %lld: sees a key %d, in a block's rows %d\n",
+            const int some = !fc_tile_empty(s, l, h, 0, m.Sk);
+            int brute = 0;
+            for (int64_t j = 0; j < m.Sk && !brute; ++j) brute = fc_key_visible(s, l, h, j);
+            bchecked += 2;
+            if ((some != brute || some != (covered[i] != 0)) && ++bbad <= 10)
+                fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld row %lld: sees a key %d (brute force %d), in a block's rows %d\n",
                         (long long)m.Sq, (long long)m.Sk, (long long)m.wl, (long long)m.wr, (long long)m.n_sink,
-                        (long long)i, s > 0 || h > l, covered[i]);
+                        (long long)i, some, brute, covered[i]);
         }
     }
     printf("test_mask_seam: %ld block rows checked, %ld differ\n", bchecked, bbad);

@@ -22,6 +22,10 @@
  *                                       only; mma = mma.sync (skip wgmma and TMA), then generic
  *   FLASHC_CUDA_SMEM_LIMIT=n            CUDA: cap the shared memory a kernel may use at n bytes (below the
  *                                       device's opt-in limit; tests emulate 99 KB / 48 KB GPUs)
+ *   FLASHC_CUDA_POISON_SCRATCH=0|1      CUDA: fill every scratch buffer a call takes (the backward's dQ
+ *                                       accumulator, split partials, Δ, ...) with 0xFF bytes (NaN as
+ *                                       fp32/fp64) before its kernels run, so that a kernel reading scratch
+ *                                       it did not write shows in its results (tests; off by default)
  *   FLASHC_CUDA_MODULE=path             the CUDA module to dlopen instead of the one beside libflashc
  *                                       (not checked here: the loader reports a missing file)
  *   FLASHC_WSUM_VARIANT=0|1             CUDA weighted sum: 0 = generic kernels only (tests,
@@ -87,6 +91,11 @@ static inline int fc_knob_cuda_kernel(void) {
 /* Bytes; FC_KNOB_AUTO (the device's opt-in limit) when unset. */
 static inline long fc_knob_cuda_smem_limit(void) { return fc_knob_int("FLASHC_CUDA_SMEM_LIMIT", 1L << 30); }
 
+/* 1 when FLASHC_CUDA_POISON_SCRATCH=1 (tests), else 0. */
+static inline int fc_knob_cuda_poison_scratch(void) {
+    return fc_knob_choice("FLASHC_CUDA_POISON_SCRATCH", fc_knob_bool_names) == 1;
+}
+
 static inline const char *fc_knob_cuda_module(void) { return fc_knob_str("FLASHC_CUDA_MODULE"); }
 /* 1 (auto: fast kernels where they apply) unless FLASHC_WSUM_VARIANT=0. */
 static inline int fc_knob_wsum_variant(void) { return fc_knob_int("FLASHC_WSUM_VARIANT", 1) == 0 ? 0 : 1; }
@@ -108,6 +117,7 @@ static const fc_knob_spec fc_knob_specs[] = {
     {"FLASHC_CPU_BWD", fc_knob_bwd_names, "twopass"},
     {"FLASHC_CUDA_KERNEL", fc_knob_cuda_kernel_names, "generic, mma"},
     {"FLASHC_CUDA_SMEM_LIMIT", NULL, "a non-negative integer (bytes)"},
+    {"FLASHC_CUDA_POISON_SCRATCH", fc_knob_bool_names, "0, 1"},
     {"FLASHC_WSUM_VARIANT", fc_knob_bool_names, "0, 1"},
 };
 

@@ -1230,8 +1230,11 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
         const int ir = i & 63;
         int64_t se, lo, hi;
         fc_visible_keys(&p.mask, i, &se, &lo, &hi);
+        /* Visibility is checked under a zeroed buffer too (rotated order,
+         * unordered mode): one code path, and no load for a row that sees
+         * nothing. */
         const float4 x =
-            se > 0 || hi > lo
+            !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
                 ? __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c)))
                 : make_float4(0.f, 0.f, 0.f, 0.f);
         T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
@@ -1424,11 +1427,10 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
     const int dqm = a.deterministic ? DQ_ORDERED : DQ_ATOMIC;
     const int HD = padded((int)a.D);
     const size_t nrows = (size_t)(a.B * a.Hq * a.Sq);
-    DqScratch dq = {nullptr, nullptr, (int)((a.Sq + 63) / 64 * 64), 0, 0};
-    const size_t nacc = (size_t)a.B * a.Hq * dq.Sqp * HD;
-    const size_t nsem = (size_t)a.B * a.Hq * (dq.Sqp / 64);
-    dq.nacc = nacc;
-    dq.nsem = nsem;
+    const int Sqp = (int)((a.Sq + 63) / 64 * 64);
+    const size_t nacc = (size_t)a.B * a.Hq * Sqp * HD;
+    const size_t nsem = (size_t)a.B * a.Hq * (Sqp / 64);
+    DqScratch dq = {nullptr, nullptr, Sqp, nacc, nsem};
     /* one allocation: L, Δ [nrows] fp32, dQacc (16-byte aligned), semaphores */
     const size_t off_acc = (2 * nrows + 3) & ~(size_t)3;
     const size_t bytes = (off_acc + nacc) * sizeof(float) + nsem * sizeof(int);

@@ -64,7 +64,8 @@ flashc_status fcc_set_smem(const void *kernel, size_t bytes, const char *name);
  * The pool is the module's (cudaMemPoolCreate), so the process's default
  * pool keeps its own settings. Requests up to 1 MiB outside graph capture
  * take a buffer kept per (device, stream) instead (module.cu, FCC_SLAB_MAX):
- * no allocation a call. */
+ * no allocation a call. FLASHC_CUDA_POISON_SCRATCH=1 (tests) fills what is
+ * lent with 0xFF bytes first. */
 #define FCC_POOL_KEEP ((uint64_t)1 << 30)
 cudaError_t fcc_scratch_alloc(void **ptr, size_t bytes, cudaStream_t st);
 cudaError_t fcc_scratch_free(void *ptr, cudaStream_t st);

@@ -8,6 +8,7 @@
  * at run time; without one, probe() fails with a clear message.
  */
 #include "fc_cuda.cuh"
+#include "common/knobs.h"
 
 #include <mutex>
 #include <stdarg.h>
@@ -151,7 +152,23 @@ static Slab *slab_take(int dev, cudaStream_t st) {
     return &slabs[nslabs++];
 }
 
+static cudaError_t scratch_take(void **ptr, size_t bytes, cudaStream_t st);
+
+/* Scratch for one call (fc_cuda.cuh); under FLASHC_CUDA_POISON_SCRATCH=1
+ * (common/knobs.h: tests) filled with 0xFF bytes on the stream first. */
 cudaError_t fcc_scratch_alloc(void **ptr, size_t bytes, cudaStream_t st) {
+    cudaError_t e = scratch_take(ptr, bytes, st);
+    if (e == cudaSuccess && bytes > 0 && fc_knob_cuda_poison_scratch()) {
+        e = cudaMemsetAsync(*ptr, 0xFF, bytes, st);
+        if (e != cudaSuccess) {
+            (void)fcc_scratch_free(*ptr, st);
+            *ptr = nullptr;
+        }
+    }
+    return e;
+}
+
+static cudaError_t scratch_take(void **ptr, size_t bytes, cudaStream_t st) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
