@@ -1287,7 +1287,7 @@ def test_backward_unseen_rows_with_poisoned_scratch(rng, monkeypatch, case, D, d
     monkeypatch.delenv("FLASHC_CUDA_KERNEL", raising=False)
 
 
-def test_poisoned_scratch_knob_poisons(rng, monkeypatch):
+def test_weighted_sum_backward_with_poisoned_scratch(rng, monkeypatch):
     """The weighted sum's backward reduces dw through per-block partials in
     scratch: with the scratch poisoned the result is bit-identical to the
     call without (every partial is written before it is read). That the
