@@ -79,8 +79,9 @@ int main(void) {
     for (int t = 0; t < 600; ++t) {
         const fc_mask m = random_mask();
         const int64_t BN = t % 6 == 5 ? 1 + (int64_t)(rnd() % 200) : widths[t % 5];
-        static unsigned char covered[300]; /* random_mask: Sq ≤ 300 */
-        for (int64_t i = 0; i < m.Sq; ++i) covered[i] = 0;
+        /* per row, over the blocks: in some block's rows / sees some key of a block (brute force) */
+        static unsigned char covered[300], seen[300]; /* random_mask: Sq ≤ 300 */
+        for (int64_t i = 0; i < m.Sq; ++i) covered[i] = seen[i] = 0;
         for (int64_t j0 = 0; j0 < m.Sk; j0 += BN) {
             const int64_t j1 = j0 + BN < m.Sk ? j0 + BN : m.Sk;
             int64_t r0[2], r1[2];
@@ -93,6 +94,7 @@ int main(void) {
                 int in = 0;
                 for (int k = 0; k < n; ++k) in |= r0[k] <= i && i < r1[k];
                 covered[i] |= (unsigned char)in;
+                seen[i] |= (unsigned char)sees;
                 ++bchecked;
                 if (sees != in && ++bbad <= 10)
                     fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld keys [%lld, %lld) row %lld: sees %d, rows %d\n",
@@ -103,9 +105,7 @@ int main(void) {
         for (int64_t i = 0; i < m.Sq; ++i) {
             int64_t s, l, h;
             fc_visible_keys(&m, i, &s, &l, &h);
-            const int some = !fc_tile_empty(s, l, h, 0, m.Sk);
-            int brute = 0;
-            for (int64_t j = 0; j < m.Sk && !brute; ++j) brute = fc_key_visible(s, l, h, j);
+            const int some = !fc_tile_empty(s, l, h, 0, m.Sk), brute = seen[i] != 0;
             bchecked += 2;
             if ((some != brute || some != (covered[i] != 0)) && ++bbad <= 10)
                 fprintf(stderr, "Sq %lld Sk %lld wl %lld wr %lld sinks %lld row %lld: sees a key %d (brute force %d), in a block's rows %d\n",
