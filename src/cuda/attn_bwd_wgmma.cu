@@ -525,7 +525,14 @@ __global__ void __launch_bounds__(384, 1)
     } else {
         /* ------------------------------------------------ consumers */
         setmaxnreg_inc<232>();
-        const int cw = wg - 1;
+        /* The warpgroup index through a shuffle from lane 0, so that ptxas
+         * knows it is warp-uniform (what derives from it: this warpgroup's
+         * keys, its smem tiles). Measured with nothing else changed (H200,
+         * benchmarks/NOTES.md, twenty-second session): this kernel −2.9 to
+         * −3.8 % at HD 128 (dense, causal, window), −1.2 % at HD 64; the wide
+         * kernel −1.1 % (HD 192), −3.3 % (HD 256). The forward's consumers
+         * measured mixed (−1.6 to +2.6 %) and keep the plain index. */
+        const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);
         const int warp = (tid >> 5) & 3, lane = tid & 31;
         const int g = lane >> 2, t4 = lane & 3;
         const int kc0 = n0 + cw * 64;            /* this warpgroup's keys kc0 .. kc0 + 63 */
@@ -986,7 +993,7 @@ __global__ void __launch_bounds__(384, 1)
     } else {
         /* ------------------------------------------------ consumers */
         setmaxnreg_inc<224>();
-        const int cw = wg - 1;
+        const int cw = __shfl_sync(0xffffffffu, wg - 1, 0); /* warp-uniform (see the HD ≤ 128 kernel) */
         const int warp = (tid >> 5) & 3, lane = tid & 31;
         const int g = lane >> 2, t4 = lane & 3;
         const int kr = warp * 16 + g;   /* this thread's key rows of the block: kr, kr + 8 */
