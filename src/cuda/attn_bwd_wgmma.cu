@@ -1220,39 +1220,66 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
  * of the tile sees a key: under dq_copy_first the buffer is not zeroed).
  * A row per TPR threads (HD / 4 rounded up to a power of two), 4 columns a thread: dq_piece_off keeps 4 columns of a
  * multiple of 4 together (pieces ≥ 32 wide, rotations by multiples of 8),
- * so one 16-byte load; the row's (b, h, i) worked out once per thread (the
- * 64-bit divisions per element cost the old one-pair-a-thread kernel half
- * its time). Grid-stride over groups of 256 / TPR rows. */
+ * so one 16-byte load. A thread takes CV_ROWS rows a step (RPB rows apart),
+ * their loads issued before any store, so that enough bytes are in flight
+ * (one row a thread and a block per 8 rows ran at ~2.8 TB/s, and its many
+ * short blocks cost ~48 µs at 4k even with nothing to load); grid-stride
+ * over groups of CV_ROWS · RPB rows, a few blocks an SM. Each row's (b, h,
+ * i) from one division of 32-bit values where they fit (64-bit divisions
+ * per element cost the old one-pair-a-thread kernel half its time). */
+enum { CV_ROWS = 4 };
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
-    constexpr int TPR = HD <= 64 ? 16 : HD <= 128 ? 32 : 64, RPB = 256 / TPR;
+    constexpr int TPR = HD <= 64 ? 16 : HD <= 128 ? 32 : 64, RPB = 256 / TPR, GR = CV_ROWS * RPB;
     const fc_attn &a = p.a;
     const int64_t nrows = (int64_t)a.B * p.Hq * p.Sq;
+    const bool narrow = nrows <= INT_MAX; /* (uniform) rows in 32 bits */
     const int c = (threadIdx.x % TPR) * 4;
     if (c >= HD || c >= p.D) return; /* no barrier below */
-    for (int64_t row = (int64_t)blockIdx.x * RPB + threadIdx.x / TPR; row < nrows; row += (int64_t)gridDim.x * RPB) {
-        const int i = (int)(row % p.Sq);
-        const int64_t bh = row / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
-        const int ir = i & 63;
-        int64_t se, lo, hi;
-        fc_visible_keys(&p.mask, i, &se, &lo, &hi);
-        /* Visibility is checked under a zeroed buffer too (rotated order,
-         * unordered mode): one code path, and no load for a row that sees
-         * nothing. */
-        const float4 x =
-            !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
-                ? __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD + dq_piece_off(HD, ir, c)))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
-        T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)i * a.sdq[1] + h * a.sdq[2];
-        if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
-            uint2 w;
-            w.x = Ops<T>::pack(x.x * p.scale, x.y * p.scale);
-            w.y = Ops<T>::pack(x.z * p.scale, x.w * p.scale);
-            *reinterpret_cast<uint2 *>(r + c) = w;
-        } else {
-            store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
-            store_pair(r, c + 2, p.D, x.z * p.scale, x.w * p.scale, p.out_pairs);
+    for (int64_t g0 = (int64_t)blockIdx.x * GR + threadIdx.x / TPR; g0 < nrows; g0 += (int64_t)gridDim.x * GR) {
+        float4 x[CV_ROWS];
+        int64_t bhs[CV_ROWS];
+        int is[CV_ROWS];
+#pragma unroll
+        for (int u = 0; u < CV_ROWS; ++u) {
+            const int64_t row = g0 + u * RPB;
+            int i = 0;
+            int64_t bh = 0;
+            if (row < nrows) {
+                if (narrow) {
+                    const uint32_t r32 = (uint32_t)row, q = r32 / (uint32_t)p.Sq;
+                    i = (int)(r32 - q * (uint32_t)p.Sq), bh = q;
+                } else {
+                    bh = row / p.Sq, i = (int)(row - bh * p.Sq);
+                }
+            }
+            is[u] = i, bhs[u] = bh;
+            const int ir = i & 63;
+            int64_t se, lo, hi;
+            fc_visible_keys(&p.mask, i, &se, &lo, &hi);
+            /* Visibility is checked under a zeroed buffer too (rotated order,
+             * unordered mode): one code path, and no load for a row that sees
+             * nothing. */
+            x[u] = row < nrows && !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
+                       ? __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD +
+                                                                dq_piece_off(HD, ir, c)))
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < CV_ROWS; ++u) {
+            if (g0 + u * RPB >= nrows) break;
+            const int64_t h = bhs[u] % p.Hq, b = bhs[u] / p.Hq;
+            T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)is[u] * a.sdq[1] + h * a.sdq[2];
+            if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
+                uint2 w;
+                w.x = Ops<T>::pack(x[u].x * p.scale, x[u].y * p.scale);
+                w.y = Ops<T>::pack(x[u].z * p.scale, x[u].w * p.scale);
+                *reinterpret_cast<uint2 *>(r + c) = w;
+            } else {
+                store_pair(r, c, p.D, x[u].x * p.scale, x[u].y * p.scale, p.out_pairs);
+                store_pair(r, c + 2, p.D, x[u].z * p.scale, x[u].w * p.scale, p.out_pairs);
+            }
         }
     }
 }
@@ -1361,9 +1388,9 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
     }
     FCC_TRY(s);
-    constexpr int RPB = 256 / (HD <= 64 ? 16 : HD <= 128 ? 32 : 64);
-    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq + RPB - 1) / RPB;
-    const unsigned gc = (unsigned)(want < 65536 * 16 ? want : 65536 * 16);
+    constexpr int GR = CV_ROWS * 256 / (HD <= 64 ? 16 : HD <= 128 ? 32 : 64);
+    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq + GR - 1) / GR, most = (int64_t)std::max(p.dev.sm_count, 1) * 8;
+    const unsigned gc = (unsigned)(want < most ? want : most); /* 8 blocks of 256 an SM, grid-stride past that */
     bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
