@@ -1224,9 +1224,11 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
  * their loads issued before any store, so that enough bytes are in flight
  * (one row a thread and a block per 8 rows ran at ~2.8 TB/s, and its many
  * short blocks cost ~48 µs at 4k even with nothing to load); grid-stride
- * over groups of CV_ROWS · RPB rows, a few blocks an SM. Each row's (b, h,
- * i) from one division of 32-bit values where they fit (64-bit divisions
- * per element cost the old one-pair-a-thread kernel half its time). */
+ * over groups of CV_ROWS · RPB rows, a few blocks an SM. Each row's i and
+ * b·Hq + h from one division of 32-bit values where the rows fit, before
+ * the loads; b and h (64-bit) only in the store phase (64-bit divisions per
+ * element cost the old one-pair-a-thread kernel half its time). TPR, RPB:
+ * the host's grid (launch) restates them. */
 enum { CV_ROWS = 4 };
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
