@@ -62,8 +62,10 @@
  * A [B, H, S, D] tensor is the same logical tensor with other strides.
  * q, k, v, o share one dtype. Hq % Hkv == 0; query head h reads key/value
  * head h / (Hq / Hkv) (GQA; MQA when Hkv = 1) — no copies are made.
- * D may be any value 1..256. Sq and Sk may differ (decode: Sq = 1); either
- * may be 0 (nothing to do) — B, Hq, Hkv and D must be ≥ 1.
+ * D may be any value 1..256. Sq and Sk may differ (decode: Sq = 1); B, Sq
+ * and Sk may be 0 (an empty problem: nothing is read; the backward writes
+ * zero gradients for the side that is not empty, and dsinks = 0 when B = 0
+ * or Sq = 0) — Hq, Hkv and D must be ≥ 1.
  *
  * Scores. The logit of query row i and key j is built in this order:
  *   1. scale:   x_ij = softmax_scale · <q_i, k_j>   (softmax_scale: finite,

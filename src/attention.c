@@ -242,6 +242,9 @@ flashc_status fc_attn_resolve(const fc_attn *a, int requested, int *backend) {
 }
 
 flashc_status fc_attn_run(int backend, int bwd, const fc_attn *a) {
+    /* B = 0: an empty batch, nothing to read or write but the backward's
+     * dsinks (0: a sum over no rows), which the backends' empty paths write. */
+    if (a->B == 0 && !bwd) return FLASHC_OK;
     if (backend == FLASHC_BACKEND_CPU) {
         FC_TRY(check_alibi_finite(a));
         const fc_team t = fc_cpu_team_begin();
@@ -281,7 +284,6 @@ static flashc_status build_problem(const flashc_tensor *q, const flashc_tensor *
     a->B = q->shape[0];
     a->Sq = q->shape[1];
     a->Sk = k->shape[1];
-    FC_RETURN_IF(a->B < 1, FLASHC_ERR_SHAPE, "q.shape[0]=%lld (B) must be >= 1", (long long)a->B);
     FC_TRY(fc_attn_heads(a, q, 2, k, "k", 2));
     FC_RETURN_IF(k->shape[0] != a->B, FLASHC_ERR_SHAPE, "k.shape[0]=%lld (B) must equal q.shape[0]=%lld",
                  (long long)k->shape[0], (long long)a->B);

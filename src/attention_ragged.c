@@ -363,7 +363,6 @@ FLASHC_API flashc_status flashc_attn_kvcache_fwd(const flashc_tensor *q, const f
     a.dtype = q->dtype;
     a.B = q->shape[0];
     a.Sq = q->shape[1];
-    FC_RETURN_IF(a.B < 1, FLASHC_ERR_SHAPE, "q.shape[0]=%lld (B) must be >= 1", (long long)a.B);
     FC_TRY(fc_expect_shape(o, "o", q, "q", FC_AXES4));
     FC_TRY(build_cache(&c, &a));
     FC_TRY(fc_attn_heads(&a, q, 2, c.k_cache, "k_cache", 2));

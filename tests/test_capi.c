@@ -812,6 +812,22 @@ static void check_empty_backward_fast(void) {
     t = now_s() - t0;
     CHECK(t < 1.0, "B = 2^40, Sq = Sk = 0: %.2f s (must return at once)", t);
     free(k.data), free(v.data), free(dk.data), free(dv.data);
+
+    /* B = 0 (an empty batch), Sq = 3, Sk = 5, sink logits: fwd OK; bwd OK with
+     * dsinks (stride 2, NaN before) = 0 and the odd elements untouched. */
+    float sl[2] = {0.25f, -1.0f}, ds[4] = {NAN, 7.0f, NAN, 7.0f};
+    flashc_tensor q0 = t4(NULL, FLASHC_F32, 0, 3, 2, 8), k0 = t4(NULL, FLASHC_F32, 0, 5, 1, 8);
+    flashc_tensor l0 = t_nd(NULL, FLASHC_F32, 3, (const int64_t[]){0, 2, 3});
+    flashc_tensor tsl = t_nd(sl, FLASHC_F32, 1, (const int64_t[]){2}), tds = t_nd(ds, FLASHC_F32, 1, (const int64_t[]){2});
+    tds.strides[0] = 2;
+    p.sinks = &tsl;
+    p.dsinks = &tds;
+    s = flashc_attn_fwd(&q0, &k0, &k0, &q0, &l0, &p);
+    CHECK(s == FLASHC_OK, "B = 0 fwd: %s", flashc_last_error());
+    s = flashc_attn_bwd(&q0, &q0, &k0, &k0, &q0, &l0, &q0, &k0, &k0, NULL, &p);
+    CHECK(s == FLASHC_OK, "B = 0 bwd: %s", flashc_last_error());
+    CHECK(ds[0] == 0.0f && ds[2] == 0.0f && ds[1] == 7.0f && ds[3] == 7.0f, "B = 0: dsinks %g %g %g %g (want 0 7 0 7)",
+          ds[0], ds[1], ds[2], ds[3]);
 }
 
 /* Outputs that overlap themselves through non-zero strides are refused;

@@ -97,6 +97,28 @@ def test_empty_and_zeros():
     assert z.dtype.name == "bfloat16" and not np.asarray(z.numpy(), np.float32).any()
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_batch_zero_device(dtype):
+    # B = 0 on device arrays: nothing launched over an empty grid; the
+    # backward writes dsinks = 0 over a poisoned device buffer; a KV-cache
+    # call with k_new appends nothing.
+    f = np_dtype(dtype)
+    q, k = np.zeros((0, 3, 4, 64), f), np.zeros((0, 9, 2, 64), f)
+    s = np.array([0.5, -1.0, 2.0, 0.0], lse_dtype(dtype))
+    D = fcuda.to_device
+    o, lse = flashc.attention(D(q), D(k), D(k), return_lse=True, sinks=D(s), causal=True)
+    assert o.shape == q.shape and lse.shape == (0, 4, 3)
+    ds = D(np.full(4, np.nan, lse_dtype(dtype)))
+    outs = (D(q), D(k), D(k), ds)
+    flashc.attention_backward(D(q), D(q), D(k), D(k), o, lse, sinks=D(s), out=outs)
+    assert not ds.numpy().any()
+    kc = D(np.zeros((0, 6, 2, 64), f))
+    o = flashc.attention_with_kvcache(D(q[:, :1]), kc, kc, D(k[:, :1]), D(k[:, :1]),
+                                      cache_seqlens=D(np.zeros(0, np.int32)))
+    assert o.shape == (0, 1, 4, 64)
+    fcuda.synchronize()
+
+
 def test_free_many():
     # Allocation and free through __del__: no leak over many iterations.
     for _ in range(200):

@@ -283,9 +283,22 @@ def test_hq_not_multiple_of_hkv():
            match="q.shape[2]=12 is not a multiple of k.shape[2]=5")
 
 
-def test_batch_zero():
+def test_batch_zero_is_empty():
+    # B = 0 is an empty problem like Sq = 0 or Sk = 0 (flashc.h, "Layout"):
+    # empty outputs; the backward's dsinks are 0 (a sum over no rows), written
+    # over a poisoned buffer; still validated (heads, shapes).
     q, k, v = qkv(B=0)
-    expect(S.FLASHC_ERR_SHAPE, flashc.attention, q, k, v)
+    s = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    o, lse = flashc.attention(q, k, v, return_lse=True, causal=True, sinks=s)
+    assert o.shape == q.shape and lse.shape == (0, 4, 4)
+    outs = (np.empty_like(q), np.empty_like(k), np.empty_like(v), np.full(4, np.nan, np.float32))
+    g = flashc.attention_backward(q, q, k, v, o, lse, sinks=s, out=outs)
+    assert g[3] is outs[3] and not g[3].any()
+    expect(S.FLASHC_ERR_SHAPE, flashc.attention, *qkv(B=0, Hq=12, Hkv=5))
+    o = flashc.attention_with_kvcache(q[:, :1], np.zeros((0, 6, 2, 8), np.float32),
+                                      np.zeros((0, 6, 2, 8), np.float32), k[:, :1], v[:, :1],
+                                      cache_seqlens=np.zeros(0, np.int32))
+    assert o.shape == (0, 1, 4, 8)
 
 
 def test_heads_zero():

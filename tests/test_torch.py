@@ -427,6 +427,19 @@ def test_score_mods_errors(device):
         assert "is not finite" in ei.value.message
 
 
+def test_batch_zero(device):
+    # An empty batch through autograd: empty outputs and gradients, the sink
+    # logits' gradient 0 (a sum over no rows), on every backend.
+    q = torch.randn(0, 5, 4, 16, device=device, requires_grad=True)
+    k, v = (torch.randn(0, 7, 2, 16, device=device, requires_grad=True) for _ in range(2))
+    s = torch.randn(4, device=device, requires_grad=True)
+    o = ft.attention(q, k, v, causal=True, sinks=s)
+    assert o.shape == q.shape
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    assert torch.equal(s.grad, torch.zeros_like(s))
+
+
 def test_softmax_scale_zero_is_default(device):
     q = torch.randn(1, 6, 2, 16, device=device)
     torch.testing.assert_close(ft.attention(q, q, q, softmax_scale=0), ft.attention(q, q, q),

@@ -590,9 +590,9 @@ static void zero4(int dtype, void *t, const int64_t st[4], int64_t B, int64_t S,
         }
 }
 
-/* Sq = 0 or Sk = 0: no (i, j) pair, so every gradient is 0 (Δ_i = 0 too:
- * with Sk = 0 no row sees a key). Written directly, with no loop over the
- * B·Hq rows of an empty side. */
+/* B = 0, Sq = 0 or Sk = 0: no (i, j) pair, so every gradient is 0 (Δ_i = 0
+ * too: with Sk = 0 no row sees a key). Written directly, with no loop over
+ * the B·Hq rows of an empty side. */
 static flashc_status bwd_empty(const fc_attn *a) {
     if (a->Sk == 0) zero4(a->dtype, a->dq, a->sdq, a->B, a->Sq, a->Hq, a->D);
     if (a->Sq == 0) {
@@ -607,7 +607,7 @@ static flashc_status bwd_empty(const fc_attn *a) {
 
 flashc_status fc_cpu_attn_bwd(const fc_attn *a) {
     if (fc_attn_is_ragged(a)) return fc_cpu_attn_ragged_bwd(a); /* per sequence, back through here */
-    if (a->Sq == 0 || a->Sk == 0) return bwd_empty(a);
+    if (a->B == 0 || a->Sq == 0 || a->Sk == 0) return bwd_empty(a);
     bwd_ctx ctx;
     bwd_ctx *c = &ctx;
     c->a = a;

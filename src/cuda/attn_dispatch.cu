@@ -144,7 +144,7 @@ fcc_bwd_kernel fcc_plan_bwd(const fcc_attn &p, int forced) {
 flashc_status fcc_attn_fwd(const fc_attn *a) {
     /* KV append first, on the stream: the attention below reads the cache. */
     if (a->k_new) FCC_TRY(fcc_kv_append_run(a));
-    if (a->Sq == 0) return FLASHC_OK;
+    if (a->Sq == 0 || a->B == 0) return FLASHC_OK;
     FC_PROF_MARK(fcc_prof_marks, 0);
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, false, &p));
@@ -163,6 +163,7 @@ flashc_status fcc_attn_fwd(const fc_attn *a) {
 flashc_status fcc_attn_bwd(const fc_attn *a) {
     fcc_attn p;
     FCC_TRY(fcc_attn_make(a, true, &p));
+    if (a->B == 0) return fcc_bwd_dsinks_run(p, nullptr, nullptr); /* empty batch: dsinks = 0 (a sum over no rows) */
     if (fc_attn_is_ragged(a)) FCC_TRY(fcc_bwd_ragged_gaps_run(p)); /* zeros outside every sequence */
     switch (fcc_plan_bwd(p, fc_knob_cuda_kernel())) {
     case FCC_BWD_WGMMA: return fcc_bwd_wgmma_run(p);
