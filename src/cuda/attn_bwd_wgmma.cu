@@ -1226,14 +1226,20 @@ __global__ void __launch_bounds__(HD / 2) bwd_kv_combine(const __grid_constant__
  * short blocks cost ~48 µs at 4k even with nothing to load); grid-stride
  * over groups of CV_ROWS · RPB rows, a few blocks an SM. Each row's i and
  * b·Hq + h from one division of 32-bit values where the rows fit, before
- * the loads; b and h (64-bit) only in the store phase (64-bit divisions per
- * element cost the old one-pair-a-thread kernel half its time). TPR, RPB:
- * the host's grid (launch) restates them. */
-enum { CV_ROWS = 4 };
+ * the loads; b and h from another in the store phase (64-bit divisions per
+ * element cost the old one-pair-a-thread kernel half its time). The shape
+ * (CvShape) is the host's grid's too (launch). */
+template <int HD> struct CvShape {
+    static constexpr int ROWS = 4;                                  /* rows a thread a step */
+    static constexpr int TPR = HD <= 64 ? 16 : HD <= 128 ? 32 : 64; /* threads a row */
+    static constexpr int RPB = 256 / TPR;                           /* rows of one row a thread */
+    static constexpr int GR = ROWS * RPB;                           /* rows a block a step */
+};
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
-    constexpr int TPR = HD <= 64 ? 16 : HD <= 128 ? 32 : 64, RPB = 256 / TPR, GR = CV_ROWS * RPB;
+    using CS = CvShape<HD>;
+    constexpr int CV_ROWS = CS::ROWS, TPR = CS::TPR, RPB = CS::RPB, GR = CS::GR;
     const fc_attn &a = p.a;
     const int64_t nrows = (int64_t)a.B * p.Hq * p.Sq;
     const bool narrow = nrows <= INT_MAX; /* (uniform) rows in 32 bits */
@@ -1271,7 +1277,13 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
 #pragma unroll
         for (int u = 0; u < CV_ROWS; ++u) {
             if (g0 + u * RPB >= nrows) break;
-            const int64_t h = bhs[u] % p.Hq, b = bhs[u] / p.Hq;
+            int64_t h, b;
+            if (narrow) {
+                const uint32_t q = (uint32_t)bhs[u] / (uint32_t)p.Hq;
+                h = (uint32_t)bhs[u] - q * (uint32_t)p.Hq, b = q;
+            } else {
+                h = bhs[u] % p.Hq, b = bhs[u] / p.Hq;
+            }
             T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)is[u] * a.sdq[1] + h * a.sdq[2];
             if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
                 uint2 w;
@@ -1390,7 +1402,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
         if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");
     }
     FCC_TRY(s);
-    constexpr int GR = CV_ROWS * 256 / (HD <= 64 ? 16 : HD <= 128 ? 32 : 64);
+    constexpr int GR = CvShape<HD>::GR;
     const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq + GR - 1) / GR, most = (int64_t)std::max(p.dev.sm_count, 1) * 8;
     const unsigned gc = (unsigned)(want < most ? want : most); /* 8 blocks of 256 an SM, grid-stride past that */
     bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
