@@ -881,6 +881,21 @@ def test_wgmma_forward_many_blocks_padded_out(rng, D):
     _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", layout="opad", **dict(kw))
 
 
+def _poisoned_forward(q, k, v, bad, **kw):
+    """o and lse of the clean inputs and of k, v with NaN / +Inf / -Inf in the
+    keys `bad` (device arrays; kw as flashc.attention takes them), as NumPy:
+    (o, lse, o_poisoned, lse_poisoned, k_poisoned, v_poisoned)."""
+    D = q.shape[-1]
+    pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(q.dtype)
+    kp, vp = k.copy(), v.copy()
+    kp[:, bad] = pattern
+    vp[:, bad] = pattern
+    D_ = fcuda.to_device
+    o, lse = flashc.attention(D_(q), D_(k), D_(v), return_lse=True, **kw)
+    op, lp = flashc.attention(D_(q), D_(kp), D_(vp), return_lse=True, **kw)
+    return o, lse, op, lp, kp, vp
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_wgmma_forward_many_blocks_masked_keys_robust(rng, D):
     """NaN/Inf in keys and values a row cannot see leave its o and lse
@@ -890,14 +905,7 @@ def test_wgmma_forward_many_blocks_masked_keys_robust(rng, D):
     q, k, v = (rand(rng, s, "bfloat16") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
     bad = (np.arange(Sk) >= 150) & (np.arange(Sk) < 170)
     clean = ~visible_mask(Sq, Sk, **mask)[:, bad].any(axis=1)
-    pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(q.dtype)
-    kp, vp = k.copy(), v.copy()
-    kp[:, bad] = pattern
-    vp[:, bad] = pattern
-    D_ = fcuda.to_device
-    o, lse = flashc.attention(D_(q), D_(k), D_(v), return_lse=True, **mask)
-    op, lp = flashc.attention(D_(q), D_(kp), D_(vp), return_lse=True, **mask)
-    on, ln, opn, lpn = o.numpy(), lse.numpy(), op.numpy(), lp.numpy()
+    on, ln, opn, lpn = (x.numpy() for x in _poisoned_forward(q, k, v, bad, **mask)[:4])
     assert opn[:, clean].tobytes() == on[:, clean].tobytes(), "o changed"
     assert lpn[:, :, clean].tobytes() == ln[:, :, clean].tobytes(), "lse changed"
     assert not np.isfinite(opn[:, ~clean].astype(np.float32)).all(axis=-1).any(), "a row seeing a bad value is finite"
@@ -1175,15 +1183,10 @@ def test_score_mods_masked_keys_robust(rng, monkeypatch, shape, kernel, mods, dt
     vis = visible_mask(Sq, Sk, **mask)
     clean = ~vis[:, bad].any(axis=1)
     assert clean.any() and bad.any()
-    pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(q.dtype)
-    kp, vp = k.copy(), v.copy()
-    kp[:, bad] = pattern
-    vp[:, bad] = pattern
     dkw = _on_device(kw)
     do = fcuda.to_device(rand(rng, q.shape, dtype))
     D_ = fcuda.to_device
-    o, lse = flashc.attention(D_(q), D_(k), D_(v), return_lse=True, **dkw)
-    op, lp = flashc.attention(D_(q), D_(kp), D_(vp), return_lse=True, **dkw)
+    o, lse, op, lp, kp, vp = _poisoned_forward(q, k, v, bad, **dkw)
     on, ln, opn, lpn = o.numpy(), lse.numpy(), op.numpy(), lp.numpy()
     assert opn[:, clean].tobytes() == on[:, clean].tobytes(), "o changed"
     assert lpn[:, :, clean].tobytes() == ln[:, :, clean].tobytes(), "lse changed"
