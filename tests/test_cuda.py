@@ -854,7 +854,7 @@ def test_wgmma_forward_176_key_tiles(rng, D, dtype, Sk, kw):
 # softcap instance, padded outputs (no TMA store), 176-key tiles and HD 256.
 # (Written for a persistent forward, where a CTA runs several blocks in turn;
 # measured and dropped in the twenty-fifth session, benchmarks/NOTES.md.)
-_WG_MANY = {
+_WG_WAVES = {
     "causal-gqa": (1, 640, 640, 64, 8, dict(causal=True)),
     "masked-rows-sinks": (1, 700, 200, 64, 16, dict(causal=True, use_sinks=True)),
     "window-sinktok": (2, 600, 650, 40, 8, dict(window=(100, 20), sink_tokens=3)),
@@ -865,9 +865,9 @@ _WG_MANY = {
 
 
 @pytest.mark.parametrize("D,dtype", [(64, "bfloat16"), (128, "float16"), (128, "bfloat16"), (256, "bfloat16")])
-@pytest.mark.parametrize("name", list(_WG_MANY))
-def test_wgmma_forward_many_blocks_a_cta(rng, name, D, dtype):
-    B, Sq, Sk, Hq, Hkv, kw = _WG_MANY[name]
+@pytest.mark.parametrize("name", list(_WG_WAVES))
+def test_wgmma_forward_several_waves(rng, name, D, dtype):
+    B, Sq, Sk, Hq, Hkv, kw = _WG_WAVES[name]
     if D == 256 and name in ("window-sinktok", "dense"):
         pytest.skip("HD 256: two shapes suffice (reference time)")
     if name == "wide-176" and (D != 128 or dtype != "bfloat16"):
@@ -876,15 +876,16 @@ def test_wgmma_forward_many_blocks_a_cta(rng, name, D, dtype):
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_wgmma_forward_many_blocks_padded_out(rng, D):
-    B, Sq, Sk, Hq, Hkv, kw = _WG_MANY["window-sinktok"]
+def test_wgmma_forward_several_waves_padded_out(rng, D):
+    B, Sq, Sk, Hq, Hkv, kw = _WG_WAVES["window-sinktok"]
     _wg_fwd_case(rng, B, Sq, Sk, Hq, Hkv, D, "bfloat16", layout="opad", **dict(kw))
 
 
 def _poisoned_forward(q, k, v, bad, **kw):
-    """o and lse of the clean inputs and of k, v with NaN / +Inf / -Inf in the
-    keys `bad` (device arrays; kw as flashc.attention takes them), as NumPy:
-    (o, lse, o_poisoned, lse_poisoned, k_poisoned, v_poisoned)."""
+    """flashc.attention on device copies of NumPy q, k, v, and of k, v with
+    NaN / +Inf / -Inf in the keys `bad` (kw as flashc.attention takes them):
+    (o, lse, o_poisoned, lse_poisoned) as device arrays, then the poisoned
+    k and v as NumPy arrays."""
     D = q.shape[-1]
     pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(q.dtype)
     kp, vp = k.copy(), v.copy()
@@ -897,7 +898,7 @@ def _poisoned_forward(q, k, v, bad, **kw):
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_wgmma_forward_many_blocks_masked_keys_robust(rng, D):
+def test_wgmma_forward_several_waves_masked_keys_robust(rng, D):
     """NaN/Inf in keys and values a row cannot see leave its o and lse
     bit-identical, over 240-380 query blocks of a window (several waves)."""
     B, Sq, Sk, Hq, Hkv = 1, 900, 900, 48, 8
@@ -905,6 +906,7 @@ def test_wgmma_forward_many_blocks_masked_keys_robust(rng, D):
     q, k, v = (rand(rng, s, "bfloat16") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
     bad = (np.arange(Sk) >= 150) & (np.arange(Sk) < 170)
     clean = ~visible_mask(Sq, Sk, **mask)[:, bad].any(axis=1)
+    assert clean.any() and (~clean).any()
     on, ln, opn, lpn = (x.numpy() for x in _poisoned_forward(q, k, v, bad, **mask)[:4])
     assert opn[:, clean].tobytes() == on[:, clean].tobytes(), "o changed"
     assert lpn[:, :, clean].tobytes() == ln[:, :, clean].tobytes(), "lse changed"
