@@ -65,35 +65,51 @@ __global__ void __launch_bounds__(256) fcc_bwd_prep_kernel(const __grid_constant
 
 /* The same rows, F16/BF16 with vec16 rows (contiguous, 16-byte aligned,
  * D % 8 == 0): eight lanes a row, each 16-byte loads of dO and O (8
- * elements) at d = 8·(lane mod 8) + 64k, summed in that fixed order and by a
- * fixed shuffle tree: deterministic. 32 rows a 256-thread block. (One lane
- * a column and 2-byte loads ran at ~40 % of copy bandwidth at D = 64.) */
-template <class T>
+ * elements) at d = 8·(lane mod 8) + 64c, c < NC (D ≤ 64·NC), every load
+ * issued before the first product, summed in c order and by a fixed shuffle
+ * tree: deterministic. 32 rows a 256-thread block. I: the row index type,
+ * 32-bit wherever the rows fit (a 64-bit division is ~70 instructions, and
+ * four of them stood before the first load). (One lane a column and 2-byte
+ * loads ran at ~40 % of copy bandwidth at D = 64.) */
+template <class T, class I, int NC>
 __global__ void __launch_bounds__(256) fcc_bwd_prep_vec_kernel(const __grid_constant__ fcc_attn p, float *Lbuf,
-                                                               float *Dbuf, int64_t nb, int64_t nq) {
+                                                               float *Dbuf, I nb, I nq) {
     static_assert(sizeof(T) == 2, "2-byte types");
     const fc_attn &a = p.a;
-    const int64_t nrows = nb * a.Hq * nq;
-    const int64_t row = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
+    const I Hq = (I)a.Hq, nrows = nb * Hq * nq;
+    const I row = (I)blockIdx.x * 32 + (I)(threadIdx.x >> 3);
     const int l8 = threadIdx.x & 7;
     float acc = 0.f;
+    I i = 0, h = 0, b = 0;
     if (row < nrows) {
-        const int64_t i = row % nq, bh = row / nq, h = bh % a.Hq, b = bh / a.Hq;
-        const T *dop = (const T *)a.dout + b * a.sdo[0] + i * a.sdo[1] + h * a.sdo[2];
-        const T *op = (const T *)a.o + b * a.so[0] + i * a.so[1] + h * a.so[2];
-        for (int64_t d = 8 * l8; d < a.D; d += 64) {
-            const uint4 x = __ldg(reinterpret_cast<const uint4 *>(dop + d));
-            const uint4 y = __ldg(reinterpret_cast<const uint4 *>(op + d));
-            const T *xs = reinterpret_cast<const T *>(&x), *ys = reinterpret_cast<const T *>(&y);
+        const I bh = row / nq;
+        i = row - bh * nq;
+        b = bh / Hq;
+        h = bh - b * Hq;
+        const T *dop = (const T *)a.dout + (int64_t)b * a.sdo[0] + (int64_t)i * a.sdo[1] + (int64_t)h * a.sdo[2];
+        const T *op = (const T *)a.o + (int64_t)b * a.so[0] + (int64_t)i * a.so[1] + (int64_t)h * a.so[2];
+        uint4 x[NC], y[NC];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc = fmaf(fcc_type<T>::to(xs[e]), fcc_type<T>::to(ys[e]), acc);
+        for (int c = 0; c < NC; ++c) {
+            const int d = 8 * l8 + 64 * c;
+            if (d < a.D) {
+                x[c] = __ldg(reinterpret_cast<const uint4 *>(dop + d));
+                y[c] = __ldg(reinterpret_cast<const uint4 *>(op + d));
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            if (8 * l8 + 64 * c < a.D) {
+                const T *xs = reinterpret_cast<const T *>(&x[c]), *ys = reinterpret_cast<const T *>(&y[c]);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc = fmaf(fcc_type<T>::to(xs[e]), fcc_type<T>::to(ys[e]), acc);
+            }
         }
     }
 #pragma unroll
     for (int off = 4; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (row < nrows && l8 == 0) {
-        const int64_t i = row % nq, bh = row / nq, h = bh % a.Hq, b = bh / a.Hq;
-        Lbuf[row] = ((const float *)a.lse)[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]];
+        Lbuf[row] = ((const float *)a.lse)[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)i * a.slse[2]];
         Dbuf[row] = acc;
     }
 }
@@ -533,9 +549,25 @@ template <class T> static flashc_status fcc_bwd_prep_typed(const fcc_attn &p, vo
         return fcc_error(FLASHC_ERR_UNSUPPORTED, "attn_bwd: %lld rows (B·Hq·Sq, or Hq·total_q) exceed the grid limit",
                          (long long)rows);
     if constexpr (sizeof(T) == 2) {
-        if (p.vec16) {
-            fcc_bwd_prep_vec_kernel<T><<<(unsigned)((rows + 31) / 32), 256, 0, fcc_stream(p.a.stream)>>>(
-                p, (float *)Lbuf, (float *)Dbuf, rb.nb, rb.nq);
+        if (p.vec16 && p.a.D <= 256) {
+            const unsigned grid = (unsigned)((rows + 31) / 32);
+            cudaStream_t st = fcc_stream(p.a.stream);
+            /* (rows + 31 fits: the row index of the grid's last lane) */
+            const bool i32 = rows + 31 <= (int64_t)UINT32_MAX;
+            auto launch = [&](auto nc) {
+                constexpr int NC = decltype(nc)::value;
+                if (i32)
+                    fcc_bwd_prep_vec_kernel<T, uint32_t, NC><<<grid, 256, 0, st>>>(
+                        p, (float *)Lbuf, (float *)Dbuf, (uint32_t)rb.nb, (uint32_t)rb.nq);
+                else
+                    fcc_bwd_prep_vec_kernel<T, int64_t, NC><<<grid, 256, 0, st>>>(p, (float *)Lbuf, (float *)Dbuf,
+                                                                                  rb.nb, rb.nq);
+            };
+            const int D = (int)p.a.D;
+            if (D <= 64) launch(std::integral_constant<int, 1>{});
+            else if (D <= 128) launch(std::integral_constant<int, 2>{});
+            else if (D <= 192) launch(std::integral_constant<int, 3>{});
+            else launch(std::integral_constant<int, 4>{});
             FCC_CHECK_LAUNCH("fcc_bwd_prep_vec_kernel");
             return FLASHC_OK;
         }
