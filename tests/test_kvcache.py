@@ -408,6 +408,22 @@ def test_long_chunks(backend, rng, Sn):
           use_sinks=Sn % 4 == 0, **mask)
 
 
+@pytest.mark.parametrize("heads,dtype", [((8, 2, 64), "float16"), ((4, 2, 128), "bfloat16"),
+                                         ((2, 1, 256), "bfloat16")], ids=["D64", "D128", "D256"])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(causal=True, window=(150, 0), sink_tokens=3,
+                                                                  use_sinks=True), dict(mods="both")],
+                         ids=["plain", "causal", "window_sinks", "mods"])
+def test_long_prefill_chunks(backend, rng, heads, dtype, mask):
+    """Chunks of 200 query tokens against a contiguous cache (chunked
+    prefill), appended in place, with cache_batch_idx: several 128-row query
+    blocks and key tiles a sequence (on Hopper the wgmma forward's cache
+    path), cache lengths that end inside a key tile, NaN/Inf in every cache
+    slot past a sequence's length."""
+    mask = dict(mask)
+    mods = MODS[mask.pop("mods", "none")]
+    check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, idx=True), mods, **mask)
+
+
 @pytest.mark.parametrize("page", [1, 5, 16, 64, 256])
 @pytest.mark.parametrize("Sn", [1, 4, 16])
 def test_long_paged_same_bits_as_contiguous(backend, rng, page, Sn):

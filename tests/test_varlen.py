@@ -572,6 +572,50 @@ def test_cuda_device_arrays_vs_cpu(rng, dtype, mask):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("D,dtype", [(64, "float16"), (128, "bfloat16"), (96, "bfloat16"), (256, "float16")])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window=(150, 20), sink_tokens=3, use_sinks=True),
+                                  dict(causal=True, mods="both"), dict(mods="softcap")],
+                         ids=["plain", "causal", "window_sinks", "causal_mods", "softcap"])
+def test_cuda_long_sequences(rng, D, dtype, mask):
+    """Sequences of several 128-row query blocks and key tiles (on Hopper the
+    wgmma forward's packed-batch path; elsewhere mma.sync), lengths that end
+    inside a tile. A tile at a sequence's end reads the next sequence's first
+    keys: those hold NaN in k and Inf in v, and must not reach the sequence
+    before (what a row cannot see never influences it). Rows whose own
+    sequence makes them see a poisoned key are non-finite in the reference
+    and must be here too."""
+    import flashc.cuda as fcuda
+    mask = dict(mask)
+    mods = MODS[mask.pop("mods", "none")]
+    lens_q = [300, 0, 517, 129, 64, 1]
+    lens_k = [300, 7, 700, 129, 200, 70]
+    q, k, v, cu_q, cu_k, kw = make(rng, lens_q, lens_k, (0, 0, 0, 0), 4, 2, D, dtype, mods, **mask)
+    for b in (1, 3, 5):  # their first keys lie in the last tile of sequences 0, 2 and 4
+        k[cu_k[b], 0, 3] = np.nan
+        v[cu_k[b], 1, 5] = np.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        ro, rl = varlen_reference(q, k, v, cu_q, cu_k, **kw)
+        no, nl = varlen_reference(q, k, v, cu_q, cu_k, naive=dtype, **kw)
+    dv = fcuda.to_device
+    dkw = {n: (dv(a) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
+    go, gl = flashc.attention_varlen(dv(q), dv(k), dv(v), dv(cu_q), dv(cu_k), return_lse=True, **dkw)
+    go, gl = go.numpy().astype(np.float64), gl.numpy()
+    rows = inside(cu_q, q.shape[0])
+    fin = rows & np.isfinite(ro).all(axis=(1, 2))
+    clean = np.zeros_like(rows)
+    for b in (0, 2, 4):
+        clean[cu_q[b]:cu_q[b + 1]] = True
+    assert fin[clean].all(), "the reference: sequences 0, 2, 4 see no poisoned key"
+    assert_close(go[fin], ro[fin], no[fin], dtype, "o of rows that see no poisoned key")
+    lname = lse_dtype(dtype).__name__
+    cap = kw.get("softcap") or 0.0
+    tol = max(tolerance(rl[:, fin], nl[:, fin], lname), cap * 2.0 ** -10)
+    assert max_abs_err(gl[:, fin], rl[:, fin]) <= tol
+    bad = rows & ~fin
+    assert (~np.isfinite(go[bad])).any(axis=(1, 2)).all(), "a row that sees a NaN/Inf key came out finite"
+
+
+@pytest.mark.cuda
 def test_cuda_rows_outside_untouched(rng):
     import flashc.cuda as fcuda
     lens_q, lens_k, pad = LENGTHS["chunks"]

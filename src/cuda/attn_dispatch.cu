@@ -16,9 +16,10 @@
  * opt-in limit capped by FLASHC_CUDA_SMEM_LIMIT: on GPUs with less (sm_86/89:
  * 99 KB) the plan takes the smaller instances (single-buffered tc backward,
  * small mma.sync forward tiles, the generic kernels' chunked shapes).
- * Ragged problems (attn_ragged.cuh) take the same plan: every kernel but
- * wgmma runs them; the KV append and the backward's zero rows are passes of
- * attn_ragged.cu around it.
+ * Ragged problems (attn_ragged.cuh) take the same plan: every kernel runs
+ * them except the wgmma forward on paged caches and the wgmma backward
+ * (those fall to mma.sync); the KV append and the backward's zero rows are
+ * passes of attn_ragged.cu around it.
  */
 #include "attn_params.cuh"
 #include "attn_ragged.cuh"

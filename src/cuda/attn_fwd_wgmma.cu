@@ -10,6 +10,17 @@
  *
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], o like q, lse [B, Hq, Sq] (f32);
  *   stride(d) = 1, 16-byte aligned pointers and q/k/v strides (TMA).
+ *   Ragged problems (attn_ragged.cuh) but paged caches: packed sequences
+ *   (cu_q: q/o [1, Tq, Hq, D]; cu_k: k/v [1, Tk, Hkv, D]) and contiguous
+ *   KV caches (k/v [Bk, S_cache, Hkv, D], per-sequence lengths,
+ *   cache_batch_idx). The RAG instantiations take sequence b's row
+ *   origins as TMA coordinates and its own mask and score parts; a key tile
+ *   that holds the sequence's last key reads the next sequence's keys (or
+ *   the cache's garbage) past it, so it is always scrubbed (SCRUB); a
+ *   warpgroup's O rows go out by TMA only where all 64 lie inside the
+ *   sequence. Measured (H200, bench_serving.py --gpu, 8 prompts of
+ *   64..4096 tokens, D 128 causal bf16): 164 → 367 TFLOP/s against the
+ *   mma.sync kernel that ran them before.
  *
  * One CTA per (BM query rows, query head, batch); 1 + NC warpgroups (NC = 3
  * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
@@ -57,6 +68,7 @@
  * causal mask (every row sees every key) run the SCRUB = false instance.
  */
 #include "attn_fwd_tile.cuh"
+#include "attn_ragged.cuh"
 #include "attn_wgmma.cuh"
 
 #include <limits.h>
@@ -170,7 +182,7 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[K::DV / 8][4], const uin
 /* One CTA per virtual block (nM query blocks × Hq × B). MOD: the modifier
  * path (attn_fwd_tile.cuh), chosen once on the host; FIXM (with MOD): a
  * softcap alone, rows run with a fixed running max (wg_fixed_max). */
-template <typename T, class K, bool MOD, bool SCRUB, bool FIXM = false>
+template <typename T, class K, bool MOD, bool SCRUB, bool FIXM = false, bool RAG = false>
 __global__ void __launch_bounds__(K::NT, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
@@ -201,10 +213,22 @@ __global__ void __launch_bounds__(K::NT, 1)
     const int b = bh / p.Hq;
     const int hk = h / p.group;
     const int m0 = mb * BM;
-    const int mlast = min(m0 + BM, p.Sq) - 1;
+    /* RAG (packed varlen batches, fcc_fwd_wgmma_supports): b is the
+     * sequence; its rows and keys start at rows q_row / k_row of the packed
+     * [1, T, H, D] tensors, and its mask and score parts are its own
+     * (bottom-right aligned per sequence). The dense instantiation reads
+     * the problem's, as before. */
+    const fc_seq sq = fcc_seq_of<RAG>(p.a, b);
+    const int Sq = RAG ? (int)sq.Sq : p.Sq, Sk = RAG ? (int)sq.Sk : p.Sk;
+    if (RAG && m0 >= Sq) return; /* past this sequence's rows (the whole CTA, before any barrier) */
+    const fcc_seq_parts<RAG> sp(p, sq);
+    const fc_mask &mask = sp.mask(p);
+    const int qr0 = RAG ? (int)sq.q_row : 0, kr0 = RAG ? (int)sq.k_row : 0; /* row origins (int32: supports()) */
+    const int qb = RAG ? (int)sq.qb : b, kb = RAG ? (int)sq.kb : b;         /* batch coordinates of q/o, k/v */
+    const int mlast = min(m0 + BM, Sq) - 1;
 
-    const KeyTiles kt = key_tiles<BN>(p.mask, m0, mlast);
-    const Vis cfirst = vis_of(p.mask, m0, p.Sq), clast = vis_of(p.mask, mlast, p.Sq);
+    const KeyTiles kt = key_tiles<BN>(mask, m0, mlast);
+    const Vis cfirst = vis_of(mask, m0, Sq), clast = vis_of(mask, mlast, Sq);
 
     if (tid == 0) {
         mbar_init(barQ, 1);
@@ -231,14 +255,14 @@ __global__ void __launch_bounds__(K::NT, 1)
             if (tid == 0) {
                 mbar_expect_tx(barQ, K::Q_BYTES);
 #pragma unroll
-                for (int db = 0; db < NDB; ++db) tma_load_4d(sQ + db * BM * 128, &tq, barQ, db * 64, m0, h, b);
+                for (int db = 0; db < NDB; ++db) tma_load_4d(sQ + db * BM * 128, &tq, barQ, db * 64, qr0 + m0, h, qb);
             }
             /* Tile `tile` into stage it % ST of a ring, completing on bar. */
             auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
                 mbar_expect_tx(bar, K::KV_BYTES);
 #pragma unroll
                 for (int db = 0; db < NDB; ++db)
-                    tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, tile * BN, hk, b);
+                    tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, kr0 + tile * BN, hk, kb);
             };
             /* In the order the consumers use them: K(t) then V(t − 1). */
             auto load = [&](const Ring<ST> &r, uint32_t dst, const CUtensorMap *map, int it, int tile) {
@@ -246,12 +270,14 @@ __global__ void __launch_bounds__(K::NT, 1)
                 r.wait_empty(it);
                 issue(dst, map, r.full + 8 * (it % ST), it, tile);
             };
-            const Vis myrow = vis_of(p.mask, m0 + tid, p.Sq), myrow2 = vis_of(p.mask, m0 + 128 + tid, p.Sq);
+            const Vis myrow = vis_of(mask, m0 + tid, Sq), myrow2 = vis_of(mask, m0 + 128 + tid, Sq);
             const bool two = BM > 128 && 128 + tid < BM; /* this thread also holds row m0 + 128 + tid */
             uint32_t vpar = 0; /* bit s: parity of vland[s]'s next phase (one per scrubbed use) */
             auto load_v = [&](int it, int tile) {
                 if constexpr (SCRUB) {
-                    if (scrub_tile<BN>(cfirst, clast, tile, p.Sk)) {
+                    /* RAG: also the tile holding the sequence's end, whose keys past Sk
+                     * are the next sequence's rows (a dense tile reads zeros there) */
+                    if (scrub_tile<BN>(cfirst, clast, tile, Sk) || (RAG && (tile + 1) * BN > Sk)) {
                         const int st = it % ST;
                         if (tid == 0) {
                             rv.wait_empty(it);
@@ -294,8 +320,8 @@ __global__ void __launch_bounds__(K::NT, 1)
          * factor to natural units (attn_fwd_tile.cuh, "two score paths"). */
         float mul = p.sl2e, mul_ln = p.scale;
 
-        const Vis wfirst = vis_of(p.mask, r0, p.Sq), wlast = vis_of(p.mask, r0 + 63, p.Sq);
-        const RowVis rvis = row_vis(p.mask, row0, p.Sq);
+        const Vis wfirst = vis_of(mask, r0, Sq), wlast = vis_of(mask, r0 + 63, Sq);
+        const RowVis rvis = row_vis(mask, row0, Sq);
         fc_score_modf mod = {0.f, 0.f, 0.f};
         fc_score_foldf fold = {0.f, 0.f, 0.f, 0};
         if (MOD) {
@@ -330,11 +356,11 @@ __global__ void __launch_bounds__(K::NT, 1)
             const int n0 = tile * BN;
             if (MOD) {
                 float dist0[2];
-                tile_dist0(p, row0, n0 + 2 * t4, dist0);
+                tile_dist0(sp.score(p), row0, n0 + 2 * t4, dist0);
                 tile_score_mod(acc_s, mod, fold, dist0);
             }
             /* Per-element masks only where some row of the warpgroup sees part of the tile. */
-            if (!tile_full<BN>(wfirst, wlast, n0, p.Sk)) tile_mask(acc_s, rvis, n0 + 2 * t4);
+            if (!tile_full<BN>(wfirst, wlast, n0, Sk)) tile_mask(acc_s, rvis, n0 + 2 * t4);
             if constexpr (FIXM) {
                 tile_softmax_fixed(acc_s, l_i, mul, mu_fix);
                 alpha[0] = alpha[1] = 1.f;
@@ -406,7 +432,10 @@ __global__ void __launch_bounds__(K::NT, 1)
             }
         }
         float *lse = static_cast<float *>(a.lse);
-        if (otma) {
+        const int64_t lse0 = (int64_t)qb * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)qr0 * a.slse[2];
+        /* RAG: TMA stores only of a warpgroup's rows wholly inside the sequence
+         * (a box past its end would write the next sequence's rows) */
+        if (otma && (!RAG || r0 + 64 <= Sq)) {
             /* The box layout of the Q load (128B swizzle: the 16-byte chunk
              * c of row r at chunk c ^ (r & 7)); bank-conflict free: a warp's
              * 8 rows × 4 pairs of one j cover the 32 banks. */
@@ -421,26 +450,24 @@ __global__ void __launch_bounds__(K::NT, 1)
             }
             fence_proxy_async_smem();
             asm volatile("bar.sync %0, 128;\n" ::"r"(8 + cw) : "memory"); /* this warpgroup's rows written */
-            if ((tid & 127) == 0 && r0 < p.Sq) {
+            if ((tid & 127) == 0 && r0 < Sq) {
 #pragma unroll
                 for (int db = 0; db < (DV + 63) / 64; ++db)
-                    if (db * 64 < p.D) tma_store_4d(&to, so + db * BM * 128, db * 64, r0, h, b); /* rows ≥ Sq, columns ≥ D clipped */
+                    if (db * 64 < p.D) tma_store_4d(&to, so + db * BM * 128, db * 64, qr0 + r0, h, qb); /* rows ≥ Sq, columns ≥ D clipped */
                 bulk_commit();
                 bulk_wait_read();
             }
             if (lse && t4 == 0)
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf)
-                    if (row0 + 8 * hf < p.Sq)
-                        lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)(row0 + 8 * hf) * a.slse[2]] = L[hf];
+                    if (row0 + 8 * hf < Sq) lse[lse0 + (int64_t)(row0 + 8 * hf) * a.slse[2]] = L[hf];
         } else {
-            T *Ob = static_cast<T *>(a.o) + (int64_t)b * a.so[0] + (int64_t)h * a.so[2];
+            T *Ob = static_cast<T *>(a.o) + (int64_t)qb * a.so[0] + (int64_t)qr0 * a.so[1] + (int64_t)h * a.so[2];
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = row0 + 8 * hf;
-                if (row < p.Sq) {
-                    if (lse && t4 == 0)
-                        lse[(int64_t)b * a.slse[0] + (int64_t)h * a.slse[1] + (int64_t)row * a.slse[2]] = L[hf];
+                if (row < Sq) {
+                    if (lse && t4 == 0) lse[lse0 + (int64_t)row * a.slse[2]] = L[hf];
                     T *orow = Ob + (int64_t)row * a.so[1];
 #pragma unroll
                     for (int j = 0; j < DV / 8; ++j)
@@ -479,25 +506,46 @@ static bool wg_wide(const fcc_attn &p) {
            WgWide::SMEM <= p.dev.smem_optin;
 }
 
-template <typename T, class K>
+/* The tensor maps' extents along axes 0 (batch) and 1 (rows) of q/o and of
+ * k/v: the problem's, or for ragged problems the packed axes (cu_q: [1, Tq];
+ * cu_k: [1, Tk]) and the cache's rows and capacity ([Bk, Sk]). */
+static void map_extents(const fc_attn &a, int64_t *qe0, int64_t *qe1, int64_t *ke0, int64_t *ke1) {
+    const bool rag = fc_attn_is_ragged(&a);
+    *qe0 = a.cu_q ? 1 : a.B;
+    *qe1 = a.cu_q ? a.Tq : a.Sq;
+    *ke0 = rag ? a.Bk : a.B;
+    *ke1 = a.cu_k ? a.Tk : a.Sk;
+}
+
+template <typename T, class K, bool RAG = false>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
                             const CUtensorMap &tv, const CUtensorMap *to) {
-    const int nM = (p.Sq + K::BM - 1) / K::BM;
+    const int nM = (p.Sq + K::BM - 1) / K::BM; /* RAG: Sq is the longest sequence's */
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
-    /* SCRUB (see the top): only where some row misses some key; never
-     * with 176-key tiles (wg_wide) */
-    constexpr bool CAN_SCRUB = K::BN <= 128;
-    const bool scrub = CAN_SCRUB && rows_differ(p);
+    const bool fixm = fc_score_mode(&p.score) == FC_SCORE_CAP &&
+                      wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY;
     auto kern = mod ? attn_fwd_wgmma_kernel<T, K, true, false> : attn_fwd_wgmma_kernel<T, K, false, false>;
-    if constexpr (CAN_SCRUB)
-        if (scrub) kern = mod ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, false, true>;
-    /* A softcap alone whose logits fit P's range: rows with a fixed max. */
-    if (fc_score_mode(&p.score) == FC_SCORE_CAP &&
-        wg_fixed_max<T>((float)(FC_LOG2E * p.score.softcap)) > -INFINITY) {
-        kern = attn_fwd_wgmma_kernel<T, K, true, false, true>;
+    if constexpr (RAG) {
+        /* Always SCRUB: a tile holding a sequence's last key holds the next
+         * sequence's first ones (or a cache's garbage past its length). */
+        static_assert(K::BN <= 128, "RAG: tiles the producer can scrub");
+        kern = fixm  ? attn_fwd_wgmma_kernel<T, K, true, true, true, true>
+               : mod ? attn_fwd_wgmma_kernel<T, K, true, true, false, true>
+                     : attn_fwd_wgmma_kernel<T, K, false, true, false, true>;
+    } else {
+        /* SCRUB (see the top): only where some row misses some key; never
+         * with 176-key tiles (wg_wide) */
+        constexpr bool CAN_SCRUB = K::BN <= 128;
+        const bool scrub = CAN_SCRUB && rows_differ(p);
         if constexpr (CAN_SCRUB)
-            if (scrub) kern = attn_fwd_wgmma_kernel<T, K, true, true, true>;
+            if (scrub) kern = mod ? attn_fwd_wgmma_kernel<T, K, true, true> : attn_fwd_wgmma_kernel<T, K, false, true>;
+        /* A softcap alone whose logits fit P's range: rows with a fixed max. */
+        if (fixm) {
+            kern = attn_fwd_wgmma_kernel<T, K, true, false, true>;
+            if constexpr (CAN_SCRUB)
+                if (scrub) kern = attn_fwd_wgmma_kernel<T, K, true, true, true>;
+        }
     }
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
     kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, to ? *to : tq, p, nM, to ? 1 : 0);
@@ -511,6 +559,15 @@ template <typename T>
 static flashc_status launch_d(const fcc_attn &p, bool nc3, bool wide, const CUtensorMap &tq, const CUtensorMap &tk,
                               const CUtensorMap &tv, const CUtensorMap *to) {
     const int D = p.a.D;
+    if (fc_attn_is_ragged(&p.a)) {
+        /* Ragged: two consumer warpgroups, 128-key tiles, D in (64, 128] at
+         * HD 128's full width (fewer instantiations; the maps' zero fill
+         * pads) */
+        if (D <= 64) return launch<T, WgTraits<64>, true>(p, tq, tk, tv, to);
+        if (D <= 128) return launch<T, WgTraits<128>, true>(p, tq, tk, tv, to);
+        if (D <= 192) return launch<T, WgTraits<192>, true>(p, tq, tk, tv, to);
+        return launch<T, WgTraits<256>, true>(p, tq, tk, tv, to);
+    }
     if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv, to) : launch<T, WgTraits<64>>(p, tq, tk, tv, to);
     if (D <= 80)
         return wide ? launch<T, WgTraits<128, 2, 80, 176>>(p, tq, tk, tv, to) : launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to);
@@ -527,17 +584,25 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     using namespace fcwg;
     const fc_attn &a = p.a;
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
-    if (fc_attn_is_ragged(&a)) return false; /* dense tensor maps only: ragged runs on mma.sync */
+    /* Ragged: packed sequences (cu_q, cu_k) and KV caches with per-sequence
+     * lengths (and cache_batch_idx); paged caches (block tables) run on mma.sync. */
+    if (a.block_table) return false;
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
     /* D padded to HD by the maps' zero fill: whole 16-byte chunks (vec16 below). */
     if (a.D < 8 || a.D > 256 || a.D % 8 != 0) return false;
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte
      * aligned rows of q/k/v (vec16); o is written in 4-byte pairs. */
     if (!p.fits_int32 || a.Sk == 0 || !p.vec16 || !p.out_pairs) return false;
+    int64_t qe0, qe1, ke0, ke1;
+    map_extents(a, &qe0, &qe1, &ke0, &ke1);
+    /* (row coordinates: a sequence's origin plus a block's rows, in int32) */
+    if (qe0 > INT_MAX || ke0 > INT_MAX || qe1 >= ((int64_t)1 << 30) || ke1 >= ((int64_t)1 << 30) || qe1 == 0 ||
+        ke1 == 0)
+        return false;
     cuuint64_t dims[4], strides[3];
-    if (!map_shape(a.B, a.Sq, a.Hq, a.D, a.sq, dims, strides) ||
-        !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sk, dims, strides) ||
-        !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
+    if (!map_shape(qe0, qe1, a.Hq, a.D, a.sq, dims, strides) ||
+        !map_shape(ke0, ke1, a.Hkv, a.D, a.sk, dims, strides) ||
+        !map_shape(ke0, ke1, a.Hkv, a.D, a.sv, dims, strides))
         return false;
     if ((a.Sq + WgTraits<128>::BM - 1) / WgTraits<128>::BM * a.Hq * a.B > INT_MAX) return false; /* grid (smallest BM) */
     const int smem = a.D <= 64    ? (WgTraits<64, 3>::SMEM > WgTraits<64>::SMEM ? WgTraits<64, 3>::SMEM : WgTraits<64>::SMEM)
@@ -554,21 +619,24 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     CUtensorMap tq, tk, tv;
-    const bool wide = wg_wide(p);
+    const bool rag = fc_attn_is_ragged(&a);
+    const bool wide = !rag && wg_wide(p);
     const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN
                    : wide      ? WgWide::BN
                                : WgTraits<128>::BN; /* K/V box rows */
-    const bool nc3 = a.D <= 64 && wg_nc(p) == 3;
+    const bool nc3 = !rag && a.D <= 64 && wg_nc(p) == 3;
     const int bm = nc3 ? WgTraits<64, 3>::BM : WgTraits<128>::BM; /* Q box rows */
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
-    if (!enc || !make_map(&tq, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, bm) ||
-        !make_map(&tk, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, bn) ||
-        !make_map(&tv, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, bn))
+    int64_t qe0, qe1, ke0, ke1;
+    map_extents(a, &qe0, &qe1, &ke0, &ke1);
+    if (!enc || !make_map(&tq, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, bm) ||
+        !make_map(&tk, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, bn) ||
+        !make_map(&tv, enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, bn))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     /* O by TMA stores where its base and strides allow (64-row boxes, one
      * consumer warpgroup's rows); else 4-byte stores from registers. */
     CUtensorMap to;
-    const bool otma = ((uintptr_t)a.o & 15u) == 0 && make_map(&to, enc, dt, a.o, a.B, a.Sq, a.Hq, a.D, a.so, 64);
+    const bool otma = ((uintptr_t)a.o & 15u) == 0 && make_map(&to, enc, dt, a.o, qe0, qe1, a.Hq, a.D, a.so, 64);
     if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
     return launch_d<__half>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
 }
