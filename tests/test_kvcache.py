@@ -413,15 +413,20 @@ def test_long_chunks(backend, rng, Sn):
 @pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(causal=True, window=(150, 0), sink_tokens=3,
                                                                   use_sinks=True), dict(mods="both")],
                          ids=["plain", "causal", "window_sinks", "mods"])
-def test_long_prefill_chunks(backend, rng, heads, dtype, mask):
-    """Chunks of 200 query tokens against a contiguous cache (chunked
-    prefill), appended in place, with cache_batch_idx: several 128-row query
-    blocks and key tiles a sequence (on Hopper the wgmma forward's cache
-    path), cache lengths that end inside a key tile, NaN/Inf in every cache
-    slot past a sequence's length."""
+@pytest.mark.parametrize("page", [None, 16, 80, 256])
+def test_long_prefill_chunks(backend, rng, heads, dtype, mask, page):
+    """Chunks of 200 query tokens against a KV cache (chunked prefill),
+    appended in place: contiguous with cache_batch_idx, or paged (shuffled
+    pages, garbage block-table entries past each sequence's pages); several
+    128-row query blocks and key tiles a sequence (on Hopper the wgmma
+    forward's cache path: page sizes that divide its key tile or are
+    multiples of it, as boxes of a page's rows; 80 divides only D 256's
+    tile), cache lengths that end inside a key tile, NaN/Inf in every cache
+    slot no sequence owns."""
     mask = dict(mask)
     mods = MODS[mask.pop("mods", "none")]
-    check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, idx=True), mods, **mask)
+    check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, idx=page is None, page=page),
+          mods, **mask)
 
 
 @pytest.mark.parametrize("page", [1, 5, 16, 64, 256])

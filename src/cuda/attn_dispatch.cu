@@ -17,9 +17,9 @@
  * 99 KB) the plan takes the smaller instances (single-buffered tc backward,
  * small mma.sync forward tiles, the generic kernels' chunked shapes).
  * Ragged problems (attn_ragged.cuh) take the same plan: every kernel runs
- * them except the wgmma forward on paged caches and the wgmma backward
- * (those fall to mma.sync); the KV append and the backward's zero rows are
- * passes of attn_ragged.cu around it.
+ * them except the wgmma backward and the wgmma forward on paged caches
+ * whose pages do not tile its key tiles (those fall to mma.sync); the KV
+ * append and the backward's zero rows are passes of attn_ragged.cu around it.
  */
 #include "attn_params.cuh"
 #include "attn_ragged.cuh"

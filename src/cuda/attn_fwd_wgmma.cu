@@ -10,17 +10,21 @@
  *
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], o like q, lse [B, Hq, Sq] (f32);
  *   stride(d) = 1, 16-byte aligned pointers and q/k/v strides (TMA).
- *   Ragged problems (attn_ragged.cuh) but paged caches: packed sequences
- *   (cu_q: q/o [1, Tq, Hq, D]; cu_k: k/v [1, Tk, Hkv, D]) and contiguous
- *   KV caches (k/v [Bk, S_cache, Hkv, D], per-sequence lengths,
- *   cache_batch_idx). The RAG instantiations take sequence b's row
- *   origins as TMA coordinates and its own mask and score parts; a key tile
- *   that holds the sequence's last key reads the next sequence's keys (or
- *   the cache's garbage) past it, so it is always scrubbed (SCRUB); a
- *   warpgroup's O rows go out by TMA only where all 64 lie inside the
- *   sequence. Measured (H200, bench_serving.py --gpu, 8 prompts of
- *   64..4096 tokens, D 128 causal bf16): 164 → 367 TFLOP/s against the
- *   mma.sync kernel that ran them before.
+ *   Ragged problems (attn_ragged.cuh): packed sequences (cu_q: q/o
+ *   [1, Tq, Hq, D]; cu_k: k/v [1, Tk, Hkv, D]), contiguous KV caches (k/v
+ *   [Bk, S_cache, Hkv, D], per-sequence lengths, cache_batch_idx) and
+ *   paged caches whose page size (a multiple of 16) divides the key tile
+ *   or is a multiple of it (a tile is whole boxes, each from one page). The
+ *   RAG instantiations take sequence b's row origins (or pages) as TMA
+ *   coordinates and its own mask and score parts; a key tile that holds
+ *   the sequence's last key reads the next sequence's keys (or the cache's
+ *   garbage) past it, so it is always scrubbed (SCRUB); a warpgroup's O
+ *   rows go out by TMA only where all 64 lie inside the sequence. Measured
+ *   (H200): varlen prefill of 8 prompts of 64..4096 tokens, D 128 causal
+ *   bf16, 164 → 367 TFLOP/s against the mma.sync kernel that ran it before
+ *   (bench_serving.py --gpu); chunked prefill of 1024 tokens after 3072
+ *   cached (B 4, GQA 32/8), 194 → 501 contiguous, 484 / 412 / 216 with
+ *   pages of 256 / 64 / 16 (bench_prefill_cache.py; dense ceiling 549).
  *
  * One CTA per (BM query rows, query head, batch); 1 + NC warpgroups (NC = 3
  * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
@@ -260,6 +264,29 @@ __global__ void __launch_bounds__(K::NT, 1)
             /* Tile `tile` into stage it % ST of a ring, completing on bar. */
             auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
                 mbar_expect_tx(bar, K::KV_BYTES);
+                if constexpr (RAG) {
+                    if (p.a.block_table) {
+                        /* Paged: boxes of pr = min(page_size, BN) rows (the maps'
+                         * box; pr a multiple of 8, so boxes laid end to end keep
+                         * the 128B swizzle), each from one page. A box past the
+                         * sequence's last key reads its last page (any rows: they
+                         * are masked and the tile scrubbed). Each box's table entry
+                         * loaded just before its copy: all of a tile's loaded first
+                         * (8 registers in the 40-register producer) spilled and ran
+                         * 7–15 % slower (pages of 16 / 64 / 256, benchmarks/NOTES.md). */
+                        const int ps = (int)p.a.page_size, pr = min(ps, BN), plast = (Sk - 1) / ps;
+                        for (int j = 0; j < BN; j += pr) {
+                            const int key = tile * BN + j, pi = min(key / ps, plast);
+                            const int pg = (int)fc_clamp64(p.a.block_table[(int64_t)b * p.a.sbt[0] + (int64_t)pi * p.a.sbt[1]],
+                                                           0, p.a.Bk - 1);
+#pragma unroll
+                            for (int db = 0; db < NDB; ++db)
+                                tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128 + j * 128, map, bar, db * 64,
+                                            key - (key / ps) * ps, hk, pg);
+                        }
+                        return;
+                    }
+                }
 #pragma unroll
                 for (int db = 0; db < NDB; ++db)
                     tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, kr0 + tile * BN, hk, kb);
@@ -514,7 +541,7 @@ static void map_extents(const fc_attn &a, int64_t *qe0, int64_t *qe1, int64_t *k
     *qe0 = a.cu_q ? 1 : a.B;
     *qe1 = a.cu_q ? a.Tq : a.Sq;
     *ke0 = rag ? a.Bk : a.B;
-    *ke1 = a.cu_k ? a.Tk : a.Sk;
+    *ke1 = a.block_table ? a.page_size : a.cu_k ? a.Tk : a.Sk; /* paged: [pages, page_size] */
 }
 
 template <typename T, class K, bool RAG = false>
@@ -584,9 +611,14 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     using namespace fcwg;
     const fc_attn &a = p.a;
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
-    /* Ragged: packed sequences (cu_q, cu_k) and KV caches with per-sequence
-     * lengths (and cache_batch_idx); paged caches (block tables) run on mma.sync. */
-    if (a.block_table) return false;
+    /* Ragged: packed sequences (cu_q, cu_k), KV caches with per-sequence
+     * lengths (and cache_batch_idx), and paged caches whose pages tile the
+     * key tiles (a page a multiple of 16 rows that divides the tile or is a
+     * multiple of it: a tile is whole boxes of one page each). */
+    if (a.block_table) {
+        const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN : WgTraits<128>::BN;
+        if (a.page_size % 16 != 0 || (a.page_size % bn != 0 && bn % a.page_size != 0)) return false;
+    }
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
     /* D padded to HD by the maps' zero fill: whole 16-byte chunks (vec16 below). */
     if (a.D < 8 || a.D > 256 || a.D % 8 != 0) return false;
@@ -629,9 +661,10 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
     int64_t qe0, qe1, ke0, ke1;
     map_extents(a, &qe0, &qe1, &ke0, &ke1);
+    const int kbox = a.block_table && a.page_size < bn ? (int)a.page_size : bn; /* paged: boxes of a page's rows */
     if (!enc || !make_map(&tq, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, bm) ||
-        !make_map(&tk, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, bn) ||
-        !make_map(&tv, enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, bn))
+        !make_map(&tk, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, kbox) ||
+        !make_map(&tv, enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, kbox))
         return fcc_fwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     /* O by TMA stores where its base and strides allow (64-row boxes, one
      * consumer warpgroup's rows); else 4-byte stores from registers. */
