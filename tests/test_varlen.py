@@ -616,6 +616,66 @@ def test_cuda_long_sequences(rng, D, dtype, mask):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("poison", [False, True], ids=["clean", "poisoned_neighbours"])
+@pytest.mark.parametrize("D,dtype", [(64, "float16"), (128, "bfloat16"), (96, "bfloat16"), (72, "float16"),
+                                     (256, "bfloat16")])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window=(150, 20), sink_tokens=3, use_sinks=True),
+                                  dict(causal=True, mods="both", use_sinks=True), dict(mods="softcap")],
+                         ids=["plain", "causal", "window_sinks", "causal_mods_sinks", "softcap"])
+def test_cuda_long_sequences_backward(rng, D, dtype, mask, poison):
+    """The backward of a packed batch whose sequences span several key blocks
+    and query tiles, lengths ending inside them (on Hopper the wgmma backward
+    with per-sequence tensor maps at D <= 128; elsewhere, and at D = 256,
+    mma.sync), rows outside every sequence at both ends. Against the float64
+    reference per sequence; deterministic by default (two runs bit-identical).
+    poisoned_neighbours: the first key (NaN in k, Inf in v) and the first query
+    row (NaN in q and dO) of the sequences that follow the clean ones 0, 2, 4
+    lie in those sequences' last tiles; they must not reach them, and the keys
+    of sequence 1 (no query rows) get zero gradients."""
+    import flashc.cuda as fcuda
+    mask = dict(mask)
+    mods = MODS[mask.pop("mods", "none")]
+    lens_q = [300, 0, 517, 129, 64, 1]
+    lens_k = [300, 7, 700, 129, 200, 70]
+    q, k, v, cu_q, cu_k, kw = make(rng, lens_q, lens_k, (2, 3, 1, 4), 4, 2, D, dtype, mods, **mask)
+    do = rng.standard_normal(q.shape).astype(q.dtype)
+    do[~inside(cu_q, q.shape[0])] = np.nan
+    if poison:
+        for b in (1, 3, 5):
+            k[cu_k[b], 0, 3] = np.nan
+            v[cu_k[b], 1, 5] = np.inf
+        for b in (3, 5):  # (sequence 1 has no query rows)
+            q[cu_q[b], 1, 2] = np.nan
+            do[cu_q[b], 0, 7] = np.nan
+    dv = fcuda.to_device
+    dkw = {n: (dv(a) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
+    with np.errstate(invalid="ignore", over="ignore"):
+        o, lse = flashc.attention_varlen(q, k, v, cu_q, cu_k, return_lse=True, backend="cpu", **kw)
+        ref = varlen_backward_reference(do, q, k, v, cu_q, cu_k, **kw)
+        naive = varlen_backward_reference(do, q, k, v, cu_q, cu_k, o=o, lse=lse, naive=dtype, **kw)
+    args = (dv(do), dv(q), dv(k), dv(v), dv(o), dv(lse), dv(cu_q), dv(cu_k))
+    g1 = [a.numpy() for a in flashc.attention_varlen_backward(*args, **dkw)]
+    g2 = [a.numpy() for a in flashc.attention_varlen_backward(*args, **dkw)]
+    for what, a, b in zip(("dq", "dk", "dv", "dsinks"), g1, g2):
+        assert np.array_equal(a, b, equal_nan=True), what + ": two deterministic runs differ"
+    qrows, krows = np.zeros(q.shape[0], bool), np.zeros(k.shape[0], bool)
+    seqs = (0, 2, 4) if poison else range(len(lens_q))
+    for b in seqs:
+        qrows[cu_q[b]:cu_q[b + 1]] = True
+    for b in ((0, 1, 2, 4) if poison else range(len(lens_k))):
+        krows[cu_k[b]:cu_k[b + 1]] = True
+    for what, i, rows in (("dq", 0, qrows), ("dk", 1, krows), ("dv", 2, krows)):
+        assert_close(g1[i][rows].astype(np.float64), ref[i][rows], naive[i][rows], dtype, "cuda " + what,
+                     factor=4.0)
+        outside = ~inside(cu_q if i == 0 else cu_k, g1[i].shape[0])
+        assert np.all(g1[i][outside] == 0), what + ": rows outside every sequence must be 0"
+    if poison:
+        assert np.all(g1[1][cu_k[1]:cu_k[2]] == 0) and np.all(g1[2][cu_k[1]:cu_k[2]] == 0)
+    elif "sinks" in kw:
+        assert_close(g1[3], ref[3], naive[3], lse_dtype(dtype).__name__, "cuda dsinks", factor=4.0)
+
+
+@pytest.mark.cuda
 def test_cuda_rows_outside_untouched(rng):
     import flashc.cuda as fcuda
     lens_q, lens_k, pad = LENGTHS["chunks"]

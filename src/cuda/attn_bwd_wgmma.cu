@@ -58,6 +58,14 @@
  *     that see no key of the block get P = dS = 0 by selection.
  * Masked NaN/Inf: see KSCRUB in the kernel (the K block is scrubbed once,
  * rows that see a scrubbed key get dQ = NaN, that key NaN dK/dV).
+ * Packed varlen batches (cu_q, cu_k): the RAG instances, one CTA per (key
+ * block, kv head, sequence) of the longest sequence's blocks (those past a
+ * sequence's keys return at once), each sequence through tensor maps of its
+ * own rows (section "packed sequences": loads past its end read zeros, dK/dV
+ * stores clip there), its own mask and score parts, L/Δ in the packed row
+ * buffers, dQ tiles in a buffer with no tile shared by two sequences, and
+ * bwd_dq_convert_rag back to the packed dq; always SCRUB and ORD_DOWN, no
+ * Split.
  * The score modifiers (MOD = the variant is not plain) run the same steps
  * as the mma.sync kernel (attn_bwd_tile.cuh).
  */
@@ -126,6 +134,100 @@ template <int NJ> __device__ __forceinline__ void zero_acc(float (&acc)[NJ][4]) 
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
 }
+
+/* ------------------------------------------------------ packed sequences */
+/* Varlen batches (cu_q and cu_k; the RAG instances of both kernels): each
+ * sequence gets its own six tensor maps, written on the device
+ * by bwd_rag_maps before the kernel runs — copies of the packed axes' maps
+ * ([D, T, H, 1]) whose base is the sequence's first row and whose row extent
+ * is its length. A tile past a sequence's end then reads zeros and a dK/dV
+ * box store clips there, exactly as at the end of a dense problem, so the
+ * kernel runs each sequence as the dense B = 1 problem of its own lengths:
+ * the next sequence's rows (NaN or not) never enter a product. */
+enum { RM_Q, RM_DO, RM_K, RM_V, RM_DK, RM_DV, RM_N };
+
+/* Thread x = b·RM_N + i: map i of sequence b into out[x] (64-byte aligned
+ * global memory). The copy and the two replacements are generic-proxy writes
+ * of one thread, in program order; the release fence pairs with the
+ * kernel's acquire (rag_map_acquire) by each thread that issues copies on a
+ * map. */
+__global__ void __launch_bounds__(128) bwd_rag_maps(const __grid_constant__ CUtensorMap tq,
+                                                    const __grid_constant__ CUtensorMap tdo,
+                                                    const __grid_constant__ CUtensorMap tk,
+                                                    const __grid_constant__ CUtensorMap tv,
+                                                    const __grid_constant__ CUtensorMap tdk,
+                                                    const __grid_constant__ CUtensorMap tdv,
+                                                    const __grid_constant__ fcc_attn p, CUtensorMap *out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const fc_attn &a = p.a;
+    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= a.B * RM_N) return;
+    const int64_t b = x / RM_N;
+    const int i = (int)(x % RM_N);
+    const fc_seq s = fc_attn_seq(&a, b);
+    const CUtensorMap *src = i == RM_Q ? &tq : i == RM_DO ? &tdo : i == RM_K ? &tk : i == RM_V ? &tv : i == RM_DK ? &tdk : &tdv;
+    const void *base = i == RM_Q ? a.q : i == RM_DO ? a.dout : i == RM_K ? a.k : i == RM_V ? a.v : i == RM_DK ? a.dk : a.dv;
+    const int64_t rs = i == RM_Q ? a.sq[1] : i == RM_DO ? a.sdo[1] : i == RM_K ? a.sk[1] : i == RM_V ? a.sv[1]
+                       : i == RM_DK ? a.sdk[1] : a.sdv[1];
+    const int64_t row0 = i <= RM_DO ? s.q_row : s.k_row, rows = i <= RM_DO ? s.Sq : s.Sk;
+    uint4 *d = reinterpret_cast<uint4 *>(out + x);
+    const uint4 *sm = reinterpret_cast<const uint4 *>(src);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) d[c] = sm[c];
+    const uint64_t ga = (uint64_t)__cvta_generic_to_global(d);
+    const uint64_t addr = reinterpret_cast<uint64_t>(base) + (uint64_t)(row0 * rs * 2); /* 16-byte multiple: vec16 */
+    const uint32_t ext = (uint32_t)(rows > 0 ? rows : 1); /* extent 0 is not a map; such a map is never used */
+    asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;\n" ::"l"(ga), "l"(addr) : "memory");
+    asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;\n" ::"l"(ga), "r"(ext) : "memory");
+    asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
+#endif
+}
+/* Before a thread's first copy on a map bwd_rag_maps wrote. */
+__device__ __forceinline__ void rag_map_acquire(const CUtensorMap *m) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(m) : "memory");
+}
+
+/* A CTA's view of its batch entry b (dense) or sequence b (RAG): the
+ * lengths, mask and score parts (fcc_seq_parts: per-sequence alignment),
+ * the maps its copies use and their batch coordinate cb, and its dQ tiles
+ * (dq_tile). Dense: the problem's own, the kernel parameters' maps. */
+template <bool RAG> struct SeqView {
+    fc_seq s;
+    fcc_seq_parts<RAG> parts;
+    int Sq, Sk, cb;
+    const CUtensorMap *mq, *mdo, *mk, *mv, *mdk, *mdv;
+    __device__ __forceinline__ SeqView(const fcc_attn &p, int b, const CUtensorMap *rmaps, const CUtensorMap &tq,
+                                       const CUtensorMap &tdo, const CUtensorMap &tk, const CUtensorMap &tv,
+                                       const CUtensorMap &tdk, const CUtensorMap &tdv)
+        : s(fcc_seq_of<RAG>(p.a, b)), parts(p, s) {
+        Sq = RAG ? (int)s.Sq : p.Sq;
+        Sk = RAG ? (int)s.Sk : p.Sk;
+        cb = RAG ? 0 : b;
+        const CUtensorMap *rm = RAG ? rmaps + (int64_t)b * RM_N : nullptr;
+        mq = RAG ? rm + RM_Q : &tq, mdo = RAG ? rm + RM_DO : &tdo;
+        mk = RAG ? rm + RM_K : &tk, mv = RAG ? rm + RM_V : &tv;
+        mdk = RAG ? rm + RM_DK : &tdk, mdv = RAG ? rm + RM_DV : &tdv;
+    }
+    /* by the thread that issues the loads (stores), before the first */
+    __device__ __forceinline__ void acquire_loads() const {
+        if (RAG) rag_map_acquire(mq), rag_map_acquire(mdo), rag_map_acquire(mk), rag_map_acquire(mv);
+    }
+    __device__ __forceinline__ void acquire_stores() const {
+        if (RAG) rag_map_acquire(mdk), rag_map_acquire(mdv);
+    }
+    /* The dQ tile (buffer tile and counter) of rows i0.. (i0 % 64 = 0) of
+     * head h: dense [B, Hq, Sqp / 64]; packed sequences [Hq, Sqp / 64] with
+     * sequence b's tiles from q_row / 64 + b on (no two sequences share one:
+     * DqScratch). */
+    __device__ __forceinline__ int64_t dq_tile(const fcc_attn &p, int b, int h, int i0, int Sqp) const {
+        return RAG ? (int64_t)h * (Sqp / 64) + s.q_row / 64 + b + i0 / 64
+                   : ((int64_t)b * p.Hq + h) * (Sqp / 64) + i0 / 64;
+    }
+    /* The row buffers' (L, Δ) row of query row 0, head h. */
+    __device__ __forceinline__ int64_t rowbase(const fcc_attn &p, int b, int h) const {
+        return RAG ? fcc_rowbuf_row(p.a, s, h, 0) : ((int64_t)b * p.Hq + h) * p.Sq;
+    }
+};
 
 /* ---------------------------------------------------------------- dK/dV */
 /* How the CTAs' dQ tiles are added to the fp32 buffer (template DQM): */
@@ -402,13 +504,14 @@ __device__ __forceinline__ void dq_order_done(int *sem) {
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
 
-template <typename T, class K, int V, bool SCRUB>
+template <typename T, class K, int V, bool SCRUB, bool RAG = false>
 __global__ void __launch_bounds__(384, 1)
     bwd_dkdv_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                           const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                           const __grid_constant__ CUtensorMap tdk, const __grid_constant__ CUtensorMap tdv,
                           const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
-                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
+                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp,
+                          const CUtensorMap *rmaps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int HD = K::HD, DV = K::DV, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
@@ -434,12 +537,19 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool KSCRUB = SCRUB;
 
     const fc_attn &a = p.a;
-    const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
     const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp, DQM == DQ_ORDERED && order == ORD_DOWN);
     const int kb = id.kb, hk = id.hk, b = id.b;
-    const bool partial = kb < sp.nsb; /* dK, dV of this chunk to sp.part */
-    const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
+    /* RAG: b is a sequence; its own lengths, mask and score parts, maps
+     * (rmaps, batch coordinate 0). Dense: the problem's. */
+    const SeqView<RAG> sv(p, b, rmaps, tq, tdo, tk, tv, tdk, tdv);
+    const fc_mask &mask = sv.parts.mask(p);
+    const fc_score_params &score = sv.parts.score(p);
+    const int Sq = sv.Sq, Sk = sv.Sk, cb = sv.cb;
+    static_assert(BQ == 64, "dq_tile: 64-row tiles");
+    const bool partial = kb < sp.nsb; /* dK, dV of this chunk to sp.part (never under RAG: nsb = 0) */
+    const int n0 = kb * BN, n1 = min(n0 + BN, Sk);
+    if (RAG && n0 >= Sk) return; /* past this sequence's keys (the whole CTA, before any barrier) */
     /* ORD_ROT (host: every row sees every key, nkb ≤ the tiles): one
      * segment [0, Sq), walked from tile kb on (key_block_ordinal_rot). */
     const TileWalk tw = tile_walk<BQ>(mask, n0, n1, p.group, hk, kb, id.chunk, sp,
@@ -469,9 +579,10 @@ __global__ void __launch_bounds__(384, 1)
         if (n_iter > 0) {
             const uint32_t bar = KSCRUB ? kvland : barKV;
             if (tid == 0) {
+                sv.acquire_loads();
                 mbar_expect_tx(bar, 2 * K::KV_BYTES);
-                tma_tile<BN, NDB>(sK, &tk, bar, n0, hk, b);
-                tma_tile<BN, NDB>(sV, &tv, bar, n0, hk, b);
+                tma_tile<BN, NDB>(sK, sv.mk, bar, n0, hk, cb);
+                tma_tile<BN, NDB>(sV, sv.mv, bar, n0, hk, cb);
             }
             if (KSCRUB) { /* thread t: key row t of the block */
                 mbar_wait(kvland, 0);
@@ -487,8 +598,8 @@ __global__ void __launch_bounds__(384, 1)
                 const int st = it % ST;
                 rq.wait_empty(it);
                 mbar_expect_tx(rq.full + 8 * st, 2 * K::T_BYTES);
-                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, rq.full + 8 * st, i0, h, b);
-                tma_tile<BQ, NDB>(sdO + st * K::T_BYTES, &tdo, rq.full + 8 * st, i0, h, b);
+                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, sv.mq, rq.full + 8 * st, i0, h, cb);
+                tma_tile<BQ, NDB>(sdO + st * K::T_BYTES, sv.mdo, rq.full + 8 * st, i0, h, cb);
             }
         } else if (warp == 1) {
             for (int it = 0; it < n_iter; ++it) {
@@ -496,10 +607,10 @@ __global__ void __launch_bounds__(384, 1)
                 tile_of(it, h, i0);
                 const int st = it % ST;
                 rq.wait_empty(it);
-                const int64_t rowbase = ((int64_t)b * p.Hq + h) * p.Sq;
+                const int64_t rowbase = sv.rowbase(p, b, h);
                 float *L = sLD + st * 2 * BQ, *Dl = L + BQ;
                 for (int r = lane; r < BQ; r += 32) {
-                    const bool ok = i0 + r < p.Sq; /* rows past Sq: P = 0 */
+                    const bool ok = i0 + r < Sq; /* rows past Sq: P = 0 */
                     L[r] = ok ? lse_l2(Lb[rowbase + i0 + r]) : INFINITY;
                     Dl[r] = ok ? Db[rowbase + i0 + r] : 0.f;
                 }
@@ -510,11 +621,12 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < n_iter; ++it) {
                 int h, i0;
                 tile_of(it, h, i0);
-                int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
-                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
+                const int64_t dqt = sv.dq_tile(p, b, h, i0, Sqp);
+                int *sem = dQsem + dqt;
+                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, Sq, nkb, order, sem);
                 rdq.wait_full(it);
                 if (DQM == DQ_ORDERED) dq_order_wait(sem, turn, order);
-                bulk_put_f32(dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD, sdQ + (it & 1) * K::DQ_BYTES,
+                bulk_put_f32(dQacc + dqt * BQ * HD, sdQ + (it & 1) * K::DQ_BYTES,
                              K::DQ_BYTES, turn.copy);
                 bulk_wait_read(); /* the buffer is free once read: the consumers go on while the add completes */
                 rdq.release(it);
@@ -577,25 +689,25 @@ __global__ void __launch_bounds__(384, 1)
             acc_fence(acc_s);
             /* Does every row of the tile see every key of the warpgroup's 64? */
             const bool full =
-                tile_full<64>(vis_of(mask, i0, p.Sq), vis_of(mask, min(i0 + BQ, p.Sq) - 1, p.Sq), kc0, p.Sk);
+                tile_full<64>(vis_of(mask, i0, Sq), vis_of(mask, min(i0 + BQ, Sq) - 1, Sq), kc0, Sk);
             uint32_t vis = ~0u;
             fc_score_modf mod = {0.f, 0.f, 0.f};
             if (MOD) {
-                mod = fcc_score_mod_l2(p, b, h);
+                mod = fcc_score_mod_l2(p, b, h); /* (b: the sequence under RAG, as ALiBi's [B, Hq] slopes) */
                 /* Per k16 chunk of query rows: P packed at once, P·g kept. */
 #pragma unroll
                 for (int kk = 0; kk < BQ / 16; ++kk) {
                     float pv[2][4];
                     uint32_t pa1[1][4];
-                    dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 2 * kk, Lt, i0, p.Sq, key0, t4, full, vis);
+                    dkdv_p<V>(p, mask, score, mod, acc_s, pv, 2 * kk, Lt, i0, Sq, key0, t4, full, vis);
                     tile_pack_p<T>(pv, pa1);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pa[kk][e] = pa1[0][e];
                 }
             } else if (full) { /* one branch a tile: the full copy has no per-element tests */
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, true, vis);
+                dkdv_p<V>(p, mask, score, mod, acc_s, acc_s, 0, Lt, i0, Sq, key0, t4, true, vis);
             } else {
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt, i0, p.Sq, key0, t4, false, vis);
+                dkdv_p<V>(p, mask, score, mod, acc_s, acc_s, 0, Lt, i0, Sq, key0, t4, false, vis);
             }
             wg_wait<0>(); /* dPᵀ landed */
             acc_fence(acc_dp);
@@ -660,7 +772,7 @@ __global__ void __launch_bounds__(384, 1)
                     for (int hf = 0; hf < 2; ++hf) {
                         const int r = warp * 16 + g + 8 * hf;
                         /* a row that sees a key whose K held NaN/Inf: dQ = NaN */
-                        const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, p.Sq), n0, bad)
+                        const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, Sq), n0, bad)
                                                  ? __int_as_float(0x7fc00000)
                                                  : 0.f;
 #pragma unroll
@@ -709,7 +821,7 @@ __global__ void __launch_bounds__(384, 1)
             for (int hf = 0; hf < 2; ++hf) {
                 const int key = key0 + 8 * hf, r = key - kc0;
                 float f, fv;
-                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
+                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, Sk, p.scale, f, fv);
 #pragma unroll
                 for (int j = 0; j < DV / 8; ++j) { /* the tiles' box layout */
                     const uint32_t off = sw128_off(r, j * 8 + 2 * t4, BN);
@@ -719,27 +831,28 @@ __global__ void __launch_bounds__(384, 1)
             }
             fence_proxy_async_smem();
             asm volatile("bar.sync %0, 128;\n" ::"r"(8 + cw) : "memory"); /* this warpgroup's keys written */
-            if ((tid & 127) == 0 && kc0 < p.Sk) {
+            if ((tid & 127) == 0 && kc0 < Sk) {
+                sv.acquire_stores();
 #pragma unroll
                 for (int db = 0; db < (DV + 63) / 64; ++db)
                     if (db * 64 < p.D) { /* keys ≥ Sk, columns ≥ D clipped */
-                        tma_store_4d(&tdk, kA + db * BN * 128, db * 64, kc0, hk, b);
-                        tma_store_4d(&tdv, vA + db * BN * 128, db * 64, kc0, hk, b);
+                        tma_store_4d(sv.mdk, kA + db * BN * 128, db * 64, kc0, hk, cb);
+                        tma_store_4d(sv.mdv, vA + db * BN * 128, db * 64, kc0, hk, cb);
                     }
                 bulk_commit();
                 bulk_wait_read();
             }
             return;
         }
-        T *dkp = static_cast<T *>(a.dk) + (int64_t)b * a.sdk[0] + (int64_t)hk * a.sdk[2];
-        T *dvp = static_cast<T *>(a.dv) + (int64_t)b * a.sdv[0] + (int64_t)hk * a.sdv[2];
+        T *dkp = static_cast<T *>(a.dk) + fc_attn_key_offset(&a, &sv.s, b, a.sdk, 0, hk);
+        T *dvp = static_cast<T *>(a.dv) + fc_attn_key_offset(&a, &sv.s, b, a.sdv, 0, hk);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const int key = key0 + 8 * hf;
-            if (key >= p.Sk) continue;
+            if (key >= Sk) continue;
             T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
             float f, fv;
-            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
+            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, Sk, p.scale, f, fv);
 #pragma unroll
             for (int j = 0; j < DV / 8; ++j) {
                 const int col = j * 8 + 2 * t4;
@@ -859,13 +972,14 @@ __device__ __forceinline__ void st_tile_half(uint32_t tile, int kr, int c, const
                 Ops<T>::pack(x[2 * jj + 1][2], x[2 * jj + 1][3]));
 }
 
-template <typename T, class K, int V, bool SCRUB>
+template <typename T, class K, int V, bool SCRUB, bool RAG = false>
 __global__ void __launch_bounds__(384, 1)
     bwd_wide_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                           const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                           const __grid_constant__ CUtensorMap tdk, const __grid_constant__ CUtensorMap tdv,
                           const __grid_constant__ fcc_attn p, const int nkb, const float *Lb, const float *Db,
-                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp) {
+                          float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp,
+                          const CUtensorMap *rmaps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, STD = K::STD, NDB = K::NDB, DQM = K::DQM;
     constexpr int NJW = K::NJW, W1 = K::W1;
@@ -890,12 +1004,17 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool KSCRUB = SCRUB; /* as the HD ≤ 128 kernel */
 
     const fc_attn &a = p.a;
-    const fc_mask &mask = p.mask;
     const int tid = threadIdx.x, wg = tid >> 7;
     const BlockId id = block_id(blockIdx.x, nkb, p.Hkv, sp, DQM == DQ_ORDERED && order == ORD_DOWN);
     const int kb = id.kb, hk = id.hk, b = id.b;
+    const SeqView<RAG> sv(p, b, rmaps, tq, tdo, tk, tv, tdk, tdv); /* as the HD ≤ 128 kernel */
+    const fc_mask &mask = sv.parts.mask(p);
+    const fc_score_params &score = sv.parts.score(p);
+    const int Sq = sv.Sq, Sk = sv.Sk, cb = sv.cb;
+    static_assert(BQ == 64, "dq_tile: 64-row tiles");
     const bool partial = kb < sp.nsb;
-    const int n0 = kb * BN, n1 = min(n0 + BN, p.Sk);
+    const int n0 = kb * BN, n1 = min(n0 + BN, Sk);
+    if (RAG && n0 >= Sk) return; /* past this sequence's keys (the whole CTA, before any barrier) */
     const TileWalk tw = tile_walk<BQ>(mask, n0, n1, p.group, hk, kb, id.chunk, sp,
                                       DQM == DQ_ORDERED && order == ORD_ROT);
     const int n_iter = tw.n_iter;
@@ -926,9 +1045,10 @@ __global__ void __launch_bounds__(384, 1)
         if (n_iter > 0) {
             const uint32_t bar = KSCRUB ? kvland : barKV;
             if (tid == 0) {
+                sv.acquire_loads();
                 mbar_expect_tx(bar, 2 * K::KV_BYTES);
-                tma_tile<BN, NDB>(sK, &tk, bar, n0, hk, b);
-                tma_tile<BN, NDB>(sV, &tv, bar, n0, hk, b);
+                tma_tile<BN, NDB>(sK, sv.mk, bar, n0, hk, cb);
+                tma_tile<BN, NDB>(sV, sv.mv, bar, n0, hk, cb);
             }
             if (KSCRUB) {
                 mbar_wait(kvland, 0);
@@ -944,11 +1064,11 @@ __global__ void __launch_bounds__(384, 1)
                 const int st = it % ST;
                 rq.wait_empty(it);
                 mbar_expect_tx(rq.full + 8 * st, K::T_BYTES);
-                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, &tq, rq.full + 8 * st, i0, h, b);
+                tma_tile<BQ, NDB>(sQ + st * K::T_BYTES, sv.mq, rq.full + 8 * st, i0, h, cb);
                 const int sd = it % STD;
                 rdo.wait_empty(it);
                 mbar_expect_tx(rdo.full + 8 * sd, K::T_BYTES);
-                tma_tile<BQ, NDB>(sdO + sd * K::T_BYTES, &tdo, rdo.full + 8 * sd, i0, h, b);
+                tma_tile<BQ, NDB>(sdO + sd * K::T_BYTES, sv.mdo, rdo.full + 8 * sd, i0, h, cb);
             }
         } else if (warp == 1) {
             for (int it = 0; it < n_iter; ++it) {
@@ -956,14 +1076,14 @@ __global__ void __launch_bounds__(384, 1)
                 tw.tile(it, h, i0, BQ);
                 const int st = it % ST;
                 rq.wait_empty(it);
-                const int64_t rowbase = ((int64_t)b * p.Hq + h) * p.Sq;
+                const int64_t rowbase = sv.rowbase(p, b, h);
                 float *L = sLD + st * 2 * BQ, *Dl = L + BQ;
                 for (int r = lane; r < BQ; r += 32) {
-                    const bool ok = i0 + r < p.Sq;
+                    const bool ok = i0 + r < Sq;
                     L[r] = ok ? lse_l2(Lb[rowbase + i0 + r]) : INFINITY;
                     Dl[r] = ok ? Db[rowbase + i0 + r] : 0.f;
                 }
-                if (lane == 0) tinfo[st] = tile_info<BN>(mask, h, i0, n0, p.Sq, p.Sk);
+                if (lane == 0) tinfo[st] = tile_info<BN>(mask, h, i0, n0, Sq, Sk);
                 mbar_arrive(rq.full + 8 * st);
             }
         } else if (tid == 64) {
@@ -972,9 +1092,10 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < n_iter; ++it) {
                 int h, i0;
                 tw.tile(it, h, i0, BQ);
-                int *sem = dQsem + ((int64_t)b * p.Hq + h) * (Sqp / BQ) + i0 / BQ;
-                float *dst = dQacc + (((int64_t)b * p.Hq + h) * Sqp + i0) * HD;
-                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, p.Sq, nkb, order, sem);
+                const int64_t dqt = sv.dq_tile(p, b, h, i0, Sqp);
+                int *sem = dQsem + dqt;
+                float *dst = dQacc + dqt * BQ * HD;
+                const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, Sq, nkb, order, sem);
 #pragma unroll 1
                 for (int pc = 0; pc < 4; ++pc) {
                     const int c = pc & 1, r = pc >> 1;
@@ -1021,7 +1142,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = warp * 16 + g + 8 * hf;
-                const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, p.Sq), n0, bad)
+                const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, Sq), n0, bad)
                                          ? __int_as_float(0x7fc00000)
                                          : 0.f;
 #pragma unroll
@@ -1068,11 +1189,11 @@ __global__ void __launch_bounds__(384, 1)
             float pv[4][4];
             if (MOD) {
                 mod = fcc_score_mod_l2(p, b, h);
-                dkdv_p<V>(p, mask, p.score, mod, acc_s, pv, 0, Lt + rq0, ia, p.Sq, key0, t4, full, vis);
+                dkdv_p<V>(p, mask, score, mod, acc_s, pv, 0, Lt + rq0, ia, Sq, key0, t4, full, vis);
                 st_tile_half<T>(sPt, kr, cw, pv);
             } else {
-                if (full) dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, true, vis);
-                else dkdv_p<V>(p, mask, p.score, mod, acc_s, acc_s, 0, Lt + rq0, ia, p.Sq, key0, t4, false, vis);
+                if (full) dkdv_p<V>(p, mask, score, mod, acc_s, acc_s, 0, Lt + rq0, ia, Sq, key0, t4, true, vis);
+                else dkdv_p<V>(p, mask, score, mod, acc_s, acc_s, 0, Lt + rq0, ia, Sq, key0, t4, false, vis);
                 st_tile_half<T>(sPt, kr, cw, acc_s);
             }
             fence_proxy_async_smem();
@@ -1130,7 +1251,7 @@ __global__ void __launch_bounds__(384, 1)
             for (int hf = 0; hf < 2; ++hf) {
                 const int key = key0 + 8 * hf, r = kr + 8 * hf;
                 float f, fv;
-                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
+                kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, Sk, p.scale, f, fv);
 #pragma unroll
                 for (int j = 0; j < NJW; ++j) {
                     const uint32_t off = sw128_off(r, col_of(j), BN);
@@ -1140,27 +1261,28 @@ __global__ void __launch_bounds__(384, 1)
             }
             fence_proxy_async_smem();
             asm volatile("bar.sync 4, 256;\n" ::: "memory"); /* every column of both warpgroups written */
-            if (tid == 128 && n0 < p.Sk) {
+            if (tid == 128 && n0 < Sk) {
+                sv.acquire_stores();
 #pragma unroll
                 for (int db = 0; db < NDB; ++db)
                     if (db * 64 < p.D) { /* keys ≥ Sk, columns ≥ D clipped */
-                        tma_store_4d(&tdk, sK + db * BN * 128, db * 64, n0, hk, b);
-                        tma_store_4d(&tdv, sV + db * BN * 128, db * 64, n0, hk, b);
+                        tma_store_4d(sv.mdk, sK + db * BN * 128, db * 64, n0, hk, cb);
+                        tma_store_4d(sv.mdv, sV + db * BN * 128, db * 64, n0, hk, cb);
                     }
                 bulk_commit();
                 bulk_wait_read();
             }
             return;
         }
-        T *dkp = static_cast<T *>(a.dk) + (int64_t)b * a.sdk[0] + (int64_t)hk * a.sdk[2];
-        T *dvp = static_cast<T *>(a.dv) + (int64_t)b * a.sdv[0] + (int64_t)hk * a.sdv[2];
+        T *dkp = static_cast<T *>(a.dk) + fc_attn_key_offset(&a, &sv.s, b, a.sdk, 0, hk);
+        T *dvp = static_cast<T *>(a.dv) + fc_attn_key_offset(&a, &sv.s, b, a.sdv, 0, hk);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const int key = key0 + 8 * hf;
-            if (key >= p.Sk) continue;
+            if (key >= Sk) continue;
             T *dkr = dkp + (int64_t)key * a.sdk[1], *dvr = dvp + (int64_t)key * a.sdv[1];
             float f, fv;
-            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, p.Sk, p.scale, f, fv);
+            kv_out_factors<KSCRUB>(mask, bad, anybad, key, n0, Sk, p.scale, f, fv);
 #pragma unroll
             for (int j = 0; j < NJW; ++j) {
                 const int col = col_of(j);
@@ -1298,6 +1420,72 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
     }
 }
 
+/* The sequence holding packed query row r: the last b with q_row(b) ≤ r
+ * (bisection over cu_q, clamped as fc_attn_seq clamps); −1 before the first. */
+__device__ __forceinline__ int64_t rag_seq_of_row(const fc_attn &a, int64_t r) {
+    int64_t lo = 0, hi = a.B;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) >> 1;
+        if (fc_clamp64(a.cu_q[mid * a.scu_q], 0, a.Tq) <= r) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
+
+/* bwd_dq_convert_wgmma for packed sequences (RAG): dq row r (packed), head h
+ * from the buffer tile of its sequence b (the kernel's dq_tile: h·Sqp/64 +
+ * q_row/64 + b + i/64). Rows g = r·Hq + h, so that a step's stores are
+ * consecutive heads of one row; rows outside every sequence are the gaps
+ * kernel's (fcc_bwd_ragged_gaps_run). */
+template <typename T, int HD>
+__global__ void __launch_bounds__(256) bwd_dq_convert_rag(const __grid_constant__ fcc_attn p, const float *dQacc,
+                                                          int Sqp) {
+    using CS = CvShape<HD>;
+    constexpr int CV_ROWS = CS::ROWS, TPR = CS::TPR, RPB = CS::RPB, GR = CS::GR;
+    const fc_attn &a = p.a;
+    const int64_t nrows = a.Tq * p.Hq;
+    const int c = (threadIdx.x % TPR) * 4;
+    if (c >= HD || c >= p.D) return; /* no barrier below */
+    for (int64_t g0 = (int64_t)blockIdx.x * GR + threadIdx.x / TPR; g0 < nrows; g0 += (int64_t)gridDim.x * GR) {
+        float4 x[CV_ROWS];
+        T *out[CV_ROWS];
+#pragma unroll
+        for (int u = 0; u < CV_ROWS; ++u) {
+            const int64_t row = g0 + u * RPB;
+            x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            out[u] = nullptr;
+            if (row >= nrows) continue;
+            const int64_t r = row / p.Hq, h = row - r * p.Hq, b = rag_seq_of_row(a, r);
+            if (b < 0) continue;
+            const fc_seq s = fc_attn_seq(&a, b);
+            const int64_t i = r - s.q_row;
+            if (i >= s.Sq) continue;
+            out[u] = static_cast<T *>(a.dq) + fc_attn_row_offset(&s, a.sdq, i, h);
+            const fc_mask m = fc_seq_mask(&a, &s);
+            int64_t se, lo, hi;
+            fc_visible_keys(&m, i, &se, &lo, &hi);
+            if (!fc_tile_empty(se, lo, hi, 0, s.Sk)) { /* the row sees some key: its tile was written */
+                const int64_t tile = h * (Sqp / 64) + s.q_row / 64 + b + i / 64;
+                x[u] = __ldg(reinterpret_cast<const float4 *>(dQacc + tile * 64 * HD + dq_piece_off(HD, (int)(i & 63), c)));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < CV_ROWS; ++u) {
+            T *r = out[u];
+            if (!r) continue;
+            if (p.out_vec16) {
+                uint2 w;
+                w.x = Ops<T>::pack(x[u].x * p.scale, x[u].y * p.scale);
+                w.y = Ops<T>::pack(x[u].z * p.scale, x[u].w * p.scale);
+                *reinterpret_cast<uint2 *>(r + c) = w;
+            } else {
+                store_pair(r, c, p.D, x[u].x * p.scale, x[u].y * p.scale, p.out_pairs);
+                store_pair(r, c + 2, p.D, x[u].z * p.scale, x[u].w * p.scale, p.out_pairs);
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------ host */
 static int padded(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : D <= 192 ? 192 : 256; }
 
@@ -1305,11 +1493,14 @@ struct Maps {
     CUtensorMap q, dout, k, v;
     CUtensorMap dk, dv; /* the kernels' TMA stores of dK, dV (64-key boxes), where okv */
     bool okv;
+    CUtensorMap *rmaps; /* packed sequences: [B][RM_N] per-sequence maps (bwd_rag_maps), else NULL */
 };
 
 /* Scratch of the fused kernel: dQacc [B, Hq, Sqp, HD] fp32 and the
  * ordering semaphores [B, Hq, Sqp / 64] int32, zeroed on the stream (the
- * buffer only where dq_copy_first does not hold). */
+ * buffer only where dq_copy_first does not hold). Packed sequences:
+ * [Hq, Sqp] and [Hq, Sqp / 64] with Sqp / 64 = Tq / 64 + B + 1 tiles a head
+ * (the kernel's dq_tile). */
 struct DqScratch {
     float *acc;
     int *sem;
@@ -1350,13 +1541,16 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
                             const DqScratch &dq) {
     cudaStream_t st = fcc_stream(p.a.stream);
     constexpr int BN = block_keys(HD);
-    const int nkb = (p.Sk + BN - 1) / BN;
+    const int nkb = (p.Sk + BN - 1) / BN; /* packed sequences: the longest one's */
     const int64_t gk = (int64_t)nkb * p.Hkv * p.a.B;
+    /* Packed sequences (m.rmaps): the RAG instance, always SCRUB and the
+     * decreasing order (ORD_DOWN is safe whatever the grid), no Split. */
+    const bool rag = m.rmaps != nullptr;
     /* SCRUB: only where some row misses some key (as the forward). */
     int64_t se0, lo0, hi0, sel, lol, hil;
     fc_visible_keys(&p.mask, 0, &se0, &lo0, &hi0);
     fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
-    const bool scrub = !(hi0 == p.Sk && (lol == 0 || sel == lol));
+    const bool scrub = rag || !(hi0 == p.Sk && (lol == 0 || sel == lol));
     /* The order of the dQ additions (ORD_*): DOWN where some row misses
      * some key (causal, window); else ROT where a head's blocks can all be
      * resident (one CTA per SM) and are no more than the tiles, UP past
@@ -1366,7 +1560,7 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
      * addition is a copy (dq_copy_first). Stream-ordered before the kernel. */
     if (dq_copy_first(dqm, order)) FCC_CHECK(cudaMemsetAsync(dq.sem, 0, dq.nsem * sizeof(int), st));
     else FCC_CHECK(cudaMemsetAsync(dq.acc, 0, dq.nacc * sizeof(float) + dq.nsem * sizeof(int), st));
-    Split sp = plan_split(p, nkb, order, dqm, BN);
+    Split sp = rag ? Split{0, 1, 0, nullptr, 0} : plan_split(p, nkb, order, dqm, BN);
     sp.gk = (int)gk;
     const int64_t grid = gk + (int64_t)sp.nsb * (sp.nc - 1) * p.Hkv * p.a.B;
     if (sp.nsb > 0) { /* the chunks' partials: stream-ordered scratch, every element written by its chunk */
@@ -1376,15 +1570,21 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     auto run_kv = [&](auto traits) -> flashc_status {
         using KK = decltype(traits);
         void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, fcc_attn, int,
-                     const float *, const float *, float *, int *, int, int, Split);
+                     const float *, const float *, float *, int *, int, int, Split, const CUtensorMap *);
         if constexpr (HD > 128)
-            kern = scrub ? bwd_wide_wgmma_kernel<T, KK, V, true> : bwd_wide_wgmma_kernel<T, KK, V, false>;
+            kern = rag     ? bwd_wide_wgmma_kernel<T, KK, V, true, true>
+                   : scrub ? bwd_wide_wgmma_kernel<T, KK, V, true>
+                           : bwd_wide_wgmma_kernel<T, KK, V, false>;
+        else if constexpr (DV == HD) /* (packed sequences run D in (64, 96] at DV = HD: dispatch) */
+            kern = rag     ? bwd_dkdv_wgmma_kernel<T, KK, V, true, true>
+                   : scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true>
+                           : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         else
             kern = scrub ? bwd_dkdv_wgmma_kernel<T, KK, V, true> : bwd_dkdv_wgmma_kernel<T, KK, V, false>;
         FCC_TRY(fcc_set_smem((const void *)kern, KK::SMEM, "attn_bwd_wgmma (dK/dV)"));
         sp.okv = m.okv ? 1 : 0;
         kern<<<(unsigned)grid, 384, KK::SMEM, st>>>(m.q, m.dout, m.k, m.v, sp.okv ? m.dk : m.k, sp.okv ? m.dv : m.v, p,
-                                                     nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp, order, sp);
+                                                     nkb, Lb, Db, dq.acc, dq.sem, dq.Sqp, order, sp, m.rmaps);
         FCC_CHECK_LAUNCH("bwd_dkdv_wgmma_kernel");
         if (sp.nsb > 0) {
             bwd_kv_combine<T, HD, BN><<<(unsigned)((int64_t)p.a.B * p.Hkv * sp.nsb * BN), HD / 2, 0, st>>>(p, sp, scrub);
@@ -1403,9 +1603,11 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     }
     FCC_TRY(s);
     constexpr int GR = CvShape<HD>::GR;
-    const int64_t want = ((int64_t)p.a.B * p.Hq * p.Sq + GR - 1) / GR, most = (int64_t)std::max(p.dev.sm_count, 1) * 8;
-    const unsigned gc = (unsigned)(want < most ? want : most); /* 8 blocks of 256 an SM, grid-stride past that */
-    bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    const int64_t cv_rows = rag ? p.a.Tq * p.Hq : (int64_t)p.a.B * p.Hq * p.Sq;
+    const int64_t want = (cv_rows + GR - 1) / GR, most = (int64_t)std::max(p.dev.sm_count, 1) * 8;
+    const unsigned gc = (unsigned)std::max<int64_t>(want < most ? want : most, 1); /* 8 blocks of 256 an SM, grid-stride past that */
+    if (rag) bwd_dq_convert_rag<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    else bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
 }
@@ -1417,7 +1619,8 @@ static flashc_status dispatch(const fcc_attn &p, const Maps &m, const float *Lb,
         constexpr int V = decltype(v)::value;
         switch (padded(p.D)) {
         case 64: return launch<T, 64, V>(p, m, Lb, Db, dqm, dq);
-        case 128: return p.D <= 96 ? launch<T, 128, V, 96>(p, m, Lb, Db, dqm, dq) : launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
+        case 128: /* packed sequences at HD 128's full width (fewer instances; the maps' zero fill pads) */
+            return p.D <= 96 && !m.rmaps ? launch<T, 128, V, 96>(p, m, Lb, Db, dqm, dq) : launch<T, 128, V>(p, m, Lb, Db, dqm, dq);
         case 192: return launch<T, 192, V>(p, m, Lb, Db, dqm, dq);
         default: return launch<T, 256, V>(p, m, Lb, Db, dqm, dq);
         }
@@ -1430,18 +1633,26 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
     using namespace fcwgb;
     const fc_attn &a = p.a;
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
-    if (fc_attn_is_ragged(&a)) return false; /* dense tensor maps only: ragged runs on mma.sync */
+    /* Ragged: packed varlen batches (cu_q and cu_k) through the per-sequence
+     * maps (RAG instances); KV caches have no backward. */
+    const bool rag = fc_attn_is_ragged(&a);
+    if (rag && (!a.cu_q || !a.cu_k || a.seqlen_k || a.block_table || a.kv_batch)) return false;
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
     if (a.D < 1 || a.D > 256) return false;
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte
      * aligned rows of q/k/v/o/dout (vec16: also D % 8 == 0); dq/dk/dv are
      * written in 4-byte pairs. */
     if (!p.fits_int32 || a.Sq == 0 || a.Sk == 0 || a.B == 0 || !p.vec16 || !p.out_pairs) return false;
+    /* the maps' batch and row extents: the packed axes [1, T] under RAG */
+    const int64_t qe0 = rag ? 1 : a.B, qe1 = rag ? a.Tq : a.Sq, ke0 = rag ? 1 : a.B, ke1 = rag ? a.Tk : a.Sk;
+    if (rag && (qe1 == 0 || ke1 == 0 || qe1 >= ((int64_t)1 << 30) || ke1 >= ((int64_t)1 << 30) ||
+                a.B >= ((int64_t)1 << 22))) /* (dQ tiles a head, Tq / 64 + B + 1, times 64 in int32) */
+        return false;
     cuuint64_t dims[4], strides[3];
-    if (!map_shape(a.B, a.Sq, a.Hq, a.D, a.sq, dims, strides) ||
-        !map_shape(a.B, a.Sq, a.Hq, a.D, a.sdo, dims, strides) ||
-        !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sk, dims, strides) ||
-        !map_shape(a.B, a.Sk, a.Hkv, a.D, a.sv, dims, strides))
+    if (!map_shape(qe0, qe1, a.Hq, a.D, a.sq, dims, strides) ||
+        !map_shape(qe0, qe1, a.Hq, a.D, a.sdo, dims, strides) ||
+        !map_shape(ke0, ke1, a.Hkv, a.D, a.sk, dims, strides) ||
+        !map_shape(ke0, ke1, a.Hkv, a.D, a.sv, dims, strides))
         return false;
     const int64_t gmax = INT_MAX;
     if ((a.Sq + 127) / 128 * a.Hq * a.B > gmax || (a.Sk + 63) / 64 * a.Hkv * a.B > gmax ||
@@ -1461,33 +1672,52 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
     const CUtensorMapDataType dt =
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
+    const bool rag = fc_attn_is_ragged(&a); /* packed sequences (supports()) */
+    const int64_t qe0 = rag ? 1 : a.B, qe1 = rag ? a.Tq : a.Sq, ke0 = rag ? 1 : a.B, ke1 = rag ? a.Tk : a.Sk;
     Maps m;
-    if (!enc || !make_map(&m.q, enc, dt, a.q, a.B, a.Sq, a.Hq, a.D, a.sq, 64) ||
-        !make_map(&m.dout, enc, dt, a.dout, a.B, a.Sq, a.Hq, a.D, a.sdo, 64) ||
-        !make_map(&m.k, enc, dt, a.k, a.B, a.Sk, a.Hkv, a.D, a.sk, 64) ||
-        !make_map(&m.v, enc, dt, a.v, a.B, a.Sk, a.Hkv, a.D, a.sv, 64))
+    m.rmaps = nullptr;
+    if (!enc || !make_map(&m.q, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, 64) ||
+        !make_map(&m.dout, enc, dt, a.dout, qe0, qe1, a.Hq, a.D, a.sdo, 64) ||
+        !make_map(&m.k, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, 64) ||
+        !make_map(&m.v, enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, 64))
         return fcc_bwd_mma_run(p); /* the driver refused a map supports() accepted: same problem, mma.sync */
     /* dK, dV by TMA stores where their bases and strides allow (64-key boxes) */
     m.okv = ((uintptr_t)a.dk & 15u) == 0 && ((uintptr_t)a.dv & 15u) == 0 &&
-            make_map(&m.dk, enc, dt, a.dk, a.B, a.Sk, a.Hkv, a.D, a.sdk, 64) &&
-            make_map(&m.dv, enc, dt, a.dv, a.B, a.Sk, a.Hkv, a.D, a.sdv, 64);
+            make_map(&m.dk, enc, dt, a.dk, ke0, ke1, a.Hkv, a.D, a.sdk, 64) &&
+            make_map(&m.dv, enc, dt, a.dv, ke0, ke1, a.Hkv, a.D, a.sdv, 64);
     cudaStream_t st = fcc_stream(a.stream);
     const int dqm = a.deterministic ? DQ_ORDERED : DQ_ATOMIC;
     const int HD = padded((int)a.D);
-    const size_t nrows = (size_t)(a.B * a.Hq * a.Sq);
-    const int Sqp = (int)((a.Sq + 63) / 64 * 64);
-    const size_t nacc = (size_t)a.B * a.Hq * Sqp * HD;
-    const size_t nsem = (size_t)a.B * a.Hq * (Sqp / 64);
+    const fcc_rowbuf rb = fcc_rowbuf_of(a);
+    const size_t nrows = (size_t)(rb.nb * a.Hq * rb.nq);
+    /* dQ tiles a head: packed sequences Tq / 64 + B + 1 (the kernel's dq_tile), else Sq / 64 per (b, h) */
+    const int Sqp = rag ? (int)((a.Tq / 64 + a.B + 1) * 64) : (int)((a.Sq + 63) / 64 * 64);
+    const size_t nbh = rag ? (size_t)a.Hq : (size_t)a.B * a.Hq;
+    const size_t nacc = nbh * Sqp * HD;
+    const size_t nsem = nbh * (Sqp / 64);
     DqScratch dq = {nullptr, nullptr, Sqp, nacc, nsem};
-    /* one allocation: L, Δ [nrows] fp32, dQacc (16-byte aligned), semaphores */
-    const size_t off_acc = (2 * nrows + 3) & ~(size_t)3;
+    /* one allocation: the per-sequence maps (RAG; 128-byte objects first,
+     * the pool's alignment), L, Δ [nrows] fp32, dQacc (16-byte aligned),
+     * semaphores */
+    const size_t nmap_fl = rag ? (size_t)a.B * RM_N * sizeof(CUtensorMap) / sizeof(float) : 0;
+    const size_t off_ld = nmap_fl;
+    const size_t off_acc = (off_ld + 2 * nrows + 3) & ~(size_t)3;
     const size_t bytes = (off_acc + nacc) * sizeof(float) + nsem * sizeof(int);
     float *scr = nullptr;
     FCC_CHECK(fcc_scratch_alloc((void **)&scr, bytes, st));
-    float *Lb = scr, *Db = scr + nrows;
+    float *Lb = scr + off_ld, *Db = Lb + nrows;
     dq.acc = scr + off_acc;
     dq.sem = reinterpret_cast<int *>(dq.acc + nacc);
-    flashc_status s = fcc_bwd_prep_run(p, Lb, Db);
+    flashc_status s = FLASHC_OK;
+    if (rag) {
+        m.rmaps = reinterpret_cast<CUtensorMap *>(scr);
+        const int64_t n = a.B * RM_N;
+        bwd_rag_maps<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(m.q, m.dout, m.k, m.v, m.okv ? m.dk : m.k,
+                                                                   m.okv ? m.dv : m.v, p, m.rmaps);
+        const cudaError_t le = cudaGetLastError();
+        if (le != cudaSuccess) s = fcc_cuda_error(le, __FILE__, __LINE__, "launch of bwd_rag_maps");
+    }
+    if (s == FLASHC_OK) s = fcc_bwd_prep_run(p, Lb, Db);
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
     if (s == FLASHC_OK)
         s = a.dtype == FLASHC_BF16 ? dispatch<__nv_bfloat16>(p, m, Lb, Db, dqm, dq)

@@ -1250,8 +1250,9 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
     /* ragged ("auto", then "generic" unless race): dt, kind, sq, sk, Hq, Hkv, D, causal, wl, wr,
      * nsink, sinklog, softcap, alibi, page, snew, det, extra_q */
     const std::vector<RagCase> rag = {
-        /* varlen: mma fwd (ragged, modifiers) / tc bwd (ragged) + gap zeros: 77, 0, 130 rows, window
-         * (40, 0), sink tokens and logits, softcap, ALiBi */
+        /* varlen: mma fwd (ragged, modifiers) / tc bwd (ragged; on cc 9.0 the wgmma fwd and the
+         * wgmma bwd's packed-sequence instances) + gap zeros: 77, 0, 130 rows, window (40, 0), sink
+         * tokens and logits, softcap, ALiBi */
         {F, RAG_VARLEN, {77, 0, 130}, {200, 5, 130}, 4, 2, 128, 0, 40, 0, 2, true, 4.0, true, 0, 0, 1, 0},
         /* varlen, D 256: mma fwd (ragged) / tc bwd HD256 (ragged, two column slices), causal, sink
          * logits, ALiBi */
