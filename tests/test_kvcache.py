@@ -413,7 +413,7 @@ def test_long_chunks(backend, rng, Sn):
 @pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(causal=True, window=(150, 0), sink_tokens=3,
                                                                   use_sinks=True), dict(mods="both")],
                          ids=["plain", "causal", "window_sinks", "mods"])
-@pytest.mark.parametrize("page", [None, 16, 80, 256])
+@pytest.mark.parametrize("page", [None, 16, 32, 80, 256])
 def test_long_prefill_chunks(backend, rng, heads, dtype, mask, page):
     """Chunks of 200 query tokens against a KV cache (chunked prefill),
     appended in place: contiguous with cache_batch_idx, or paged (shuffled

@@ -1357,6 +1357,19 @@ template <int HD> struct CvShape {
     static constexpr int RPB = 256 / TPR;                           /* rows of one row a thread */
     static constexpr int GR = ROWS * RPB;                           /* rows a block a step */
 };
+/* Columns c .. c + 3 of a dq row r: scale · x in T. */
+template <typename T>
+__device__ __forceinline__ void cv_store(const fcc_attn &p, T *r, int c, const float4 &x) {
+    if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
+        uint2 w;
+        w.x = Ops<T>::pack(x.x * p.scale, x.y * p.scale);
+        w.y = Ops<T>::pack(x.z * p.scale, x.w * p.scale);
+        *reinterpret_cast<uint2 *>(r + c) = w;
+    } else {
+        store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
+        store_pair(r, c + 2, p.D, x.z * p.scale, x.w * p.scale, p.out_pairs);
+    }
+}
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
                                                             int Sqp) {
@@ -1406,16 +1419,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
             } else {
                 h = bhs[u] % p.Hq, b = bhs[u] / p.Hq;
             }
-            T *r = static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)is[u] * a.sdq[1] + h * a.sdq[2];
-            if (p.out_vec16) { /* D % 8 == 0, 16-byte rows: c + 3 < D */
-                uint2 w;
-                w.x = Ops<T>::pack(x[u].x * p.scale, x[u].y * p.scale);
-                w.y = Ops<T>::pack(x[u].z * p.scale, x[u].w * p.scale);
-                *reinterpret_cast<uint2 *>(r + c) = w;
-            } else {
-                store_pair(r, c, p.D, x[u].x * p.scale, x[u].y * p.scale, p.out_pairs);
-                store_pair(r, c + 2, p.D, x[u].z * p.scale, x[u].w * p.scale, p.out_pairs);
-            }
+            cv_store(p, static_cast<T *>(a.dq) + b * a.sdq[0] + (int64_t)is[u] * a.sdq[1] + h * a.sdq[2], c, x[u]);
         }
     }
 }
@@ -1470,19 +1474,8 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_rag(const __grid_constant_
             }
         }
 #pragma unroll
-        for (int u = 0; u < CV_ROWS; ++u) {
-            T *r = out[u];
-            if (!r) continue;
-            if (p.out_vec16) {
-                uint2 w;
-                w.x = Ops<T>::pack(x[u].x * p.scale, x[u].y * p.scale);
-                w.y = Ops<T>::pack(x[u].z * p.scale, x[u].w * p.scale);
-                *reinterpret_cast<uint2 *>(r + c) = w;
-            } else {
-                store_pair(r, c, p.D, x[u].x * p.scale, x[u].y * p.scale, p.out_pairs);
-                store_pair(r, c + 2, p.D, x[u].z * p.scale, x[u].w * p.scale, p.out_pairs);
-            }
-        }
+        for (int u = 0; u < CV_ROWS; ++u)
+            if (out[u]) cv_store(p, out[u], c, x[u]);
     }
 }
 

@@ -261,21 +261,29 @@ __global__ void __launch_bounds__(K::NT, 1)
 #pragma unroll
                 for (int db = 0; db < NDB; ++db) tma_load_4d(sQ + db * BM * 128, &tq, barQ, db * 64, qr0 + m0, h, qb);
             }
-            /* Tile `tile` into stage it % ST of a ring, completing on bar. */
+            /* Tile `tile` into stage it % ST of a ring, completing on bar: by
+             * thread 0, or for paged caches by warp 0 (nis threads, below). */
+            const bool paged = RAG && p.a.block_table != nullptr;
+            const int nis = paged ? 32 : 1; /* the threads that issue a tile's copies */
             auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
-                mbar_expect_tx(bar, K::KV_BYTES);
                 if constexpr (RAG) {
-                    if (p.a.block_table) {
+                    if (paged) {
                         /* Paged: boxes of pr = min(page_size, BN) rows (the maps'
                          * box; pr a multiple of 8, so boxes laid end to end keep
                          * the 128B swizzle), each from one page. A box past the
                          * sequence's last key reads its last page (any rows: they
-                         * are masked and the tile scrubbed). Each box's table entry
-                         * loaded just before its copy: all of a tile's loaded first
-                         * (8 registers in the 40-register producer) spilled and ran
-                         * 7–15 % slower (pages of 16 / 64 / 256, benchmarks/NOTES.md). */
+                         * are masked and the tile scrubbed). Lane j of warp 0 issues
+                         * box j (BN / pr ≤ 8 boxes), its table entry loaded by that
+                         * lane: one load latency a tile, not one a box (one thread
+                         * walking the boxes, each entry loaded just before its copy,
+                         * ran pages of 16 at 216 TFLOP/s against 484 for pages of 256;
+                         * all of a tile's entries loaded first by that thread spilled
+                         * in the 40-register producer: benchmarks/NOTES.md). */
+                        if (tid == 0) mbar_expect_tx(bar, K::KV_BYTES);
+                        __syncwarp(); /* the expected bytes before any copy completes on bar */
                         const int ps = (int)p.a.page_size, pr = min(ps, BN), plast = (Sk - 1) / ps;
-                        for (int j = 0; j < BN; j += pr) {
+                        const int j = tid * pr;
+                        if (j < BN) {
                             const int key = tile * BN + j, pi = min(key / ps, plast);
                             const int pg = (int)fc_clamp64(p.a.block_table[(int64_t)b * p.a.sbt[0] + (int64_t)pi * p.a.sbt[1]],
                                                            0, p.a.Bk - 1);
@@ -287,13 +295,14 @@ __global__ void __launch_bounds__(K::NT, 1)
                         return;
                     }
                 }
+                mbar_expect_tx(bar, K::KV_BYTES);
 #pragma unroll
                 for (int db = 0; db < NDB; ++db)
                     tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, kr0 + tile * BN, hk, kb);
             };
             /* In the order the consumers use them: K(t) then V(t − 1). */
             auto load = [&](const Ring<ST> &r, uint32_t dst, const CUtensorMap *map, int it, int tile) {
-                if (tid != 0) return;
+                if (tid >= nis) return;
                 r.wait_empty(it);
                 issue(dst, map, r.full + 8 * (it % ST), it, tile);
             };
@@ -306,7 +315,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                      * are the next sequence's rows (a dense tile reads zeros there) */
                     if (scrub_tile<BN>(cfirst, clast, tile, Sk) || (RAG && (tile + 1) * BN > Sk)) {
                         const int st = it % ST;
-                        if (tid == 0) {
+                        if (tid < nis) {
                             rv.wait_empty(it);
                             issue(sV, &tv, vland + 8 * st, it, tile);
                         }
