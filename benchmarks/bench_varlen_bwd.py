@@ -24,8 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 import flashc.torch as ft  # noqa: E402
+from bench_bwd_gpu import timed as bench  # noqa: E402  (CUDA events, median, ms)
 
 G = torch.Generator().manual_seed(0)
 LONG8 = [4096, 2048, 1024, 900, 512, 300, 128, 64]
@@ -37,22 +40,6 @@ ROWS = [
     ("4 docs of 4096 GQA 32/8 D=128 causal", [4096] * 4, 32, 8, 128, True),
     ("64 docs 128..1024 D=128 causal", None, 16, 16, 128, True),
 ]
-
-
-def bench(f, reps):
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def try_ms(f):

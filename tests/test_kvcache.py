@@ -413,16 +413,16 @@ def test_long_chunks(backend, rng, Sn):
 @pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(causal=True, window=(150, 0), sink_tokens=3,
                                                                   use_sinks=True), dict(mods="both")],
                          ids=["plain", "causal", "window_sinks", "mods"])
-@pytest.mark.parametrize("page", [None, 16, 32, 80, 256])
+@pytest.mark.parametrize("page", [None, 16, 32, 48, 80, 256])
 def test_long_prefill_chunks(backend, rng, heads, dtype, mask, page):
     """Chunks of 200 query tokens against a KV cache (chunked prefill),
     appended in place: contiguous with cache_batch_idx, or paged (shuffled
     pages, garbage block-table entries past each sequence's pages); several
     128-row query blocks and key tiles a sequence (on Hopper the wgmma
-    forward's cache path: page sizes that divide its key tile or are
-    multiples of it, as boxes of a page's rows; 80 divides only D 256's
-    tile), cache lengths that end inside a key tile, NaN/Inf in every cache
-    slot no sequence owns."""
+    forward's cache path, every page size a multiple of 16: boxes of a
+    whole tile, of a page, or of 16 rows where neither divides the other —
+    48, and 80 except at D 256, whose tile it is), cache lengths that end
+    inside a key tile, NaN/Inf in every cache slot no sequence owns."""
     mask = dict(mask)
     mods = MODS[mask.pop("mods", "none")]
     check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, idx=page is None, page=page),

@@ -13,8 +13,8 @@
  *   Ragged problems (attn_ragged.cuh): packed sequences (cu_q: q/o
  *   [1, Tq, Hq, D]; cu_k: k/v [1, Tk, Hkv, D]), contiguous KV caches (k/v
  *   [Bk, S_cache, Hkv, D], per-sequence lengths, cache_batch_idx) and
- *   paged caches whose page size (a multiple of 16) divides the key tile
- *   or is a multiple of it (a tile is whole boxes, each from one page). The
+ *   paged caches of any page size that is a multiple of 16 (a tile is whole
+ *   boxes, each inside one page: wg_page_box). The
  *   RAG instantiations take sequence b's row origins (or pages) as TMA
  *   coordinates and its own mask and score parts; a key tile that holds
  *   the sequence's last key reads the next sequence's keys (or the cache's
@@ -82,6 +82,15 @@
 namespace fcwg {
 
 using namespace fctc;
+
+/* The rows of one K/V box of a paged cache (page_size ps, a multiple of 16)
+ * in key tiles of bn rows (a multiple of 16): the whole tile where pages are
+ * multiples of it, a page where pages divide it, else 16 rows — a box never
+ * crosses a page (it starts at a multiple of 16 and 16 divides ps). A tile is
+ * bn / rows ≤ 8 boxes. The maps (fcc_fwd_wgmma_run) and the producer agree on it. */
+__host__ __device__ __forceinline__ int wg_page_box(int64_t ps, int bn) {
+    return ps % bn == 0 ? bn : bn % ps == 0 ? (int)ps : 16;
+}
 
 /* NC, consumer warpgroups of 64 query rows each: 3 only at HD = 64 (the
  * softmax's work per score is that of HD = 128 against half the tensor
@@ -268,9 +277,9 @@ __global__ void __launch_bounds__(K::NT, 1)
             auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
                 if constexpr (RAG) {
                     if (paged) {
-                        /* Paged: boxes of pr = min(page_size, BN) rows (the maps'
-                         * box; pr a multiple of 8, so boxes laid end to end keep
-                         * the 128B swizzle), each from one page. A box past the
+                        /* Paged: boxes of pr = wg_page_box rows (the maps' box; pr
+                         * a multiple of 8, so boxes laid end to end keep the 128B
+                         * swizzle), each inside one page. A box past the
                          * sequence's last key reads its last page (any rows: they
                          * are masked and the tile scrubbed). Lane j of warp 0 issues
                          * box j (BN / pr ≤ 8 boxes), its table entry loaded by that
@@ -281,7 +290,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                          * in the 40-register producer: benchmarks/NOTES.md). */
                         if (tid == 0) mbar_expect_tx(bar, K::KV_BYTES);
                         __syncwarp(); /* the expected bytes before any copy completes on bar */
-                        const int ps = (int)p.a.page_size, pr = min(ps, BN), plast = (Sk - 1) / ps;
+                        const int ps = (int)p.a.page_size, pr = wg_page_box(ps, BN), plast = (Sk - 1) / ps;
                         const int j = tid * pr;
                         if (j < BN) {
                             const int key = tile * BN + j, pi = min(key / ps, plast);
@@ -621,13 +630,10 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     const fc_attn &a = p.a;
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     /* Ragged: packed sequences (cu_q, cu_k), KV caches with per-sequence
-     * lengths (and cache_batch_idx), and paged caches whose pages tile the
-     * key tiles (a page a multiple of 16 rows that divides the tile or is a
-     * multiple of it: a tile is whole boxes of one page each). */
-    if (a.block_table) {
-        const int bn = a.D > 192 ? WgTraits<256>::BN : a.D > 128 ? WgTraits<192>::BN : WgTraits<128>::BN;
-        if (a.page_size % 16 != 0 || (a.page_size % bn != 0 && bn % a.page_size != 0)) return false;
-    }
+     * lengths (and cache_batch_idx), and paged caches whose page size is a
+     * multiple of 16 (a tile is whole boxes, each inside one page:
+     * wg_page_box). */
+    if (a.block_table && a.page_size % 16 != 0) return false;
     if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
     /* D padded to HD by the maps' zero fill: whole 16-byte chunks (vec16 below). */
     if (a.D < 8 || a.D > 256 || a.D % 8 != 0) return false;
@@ -670,7 +676,7 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
     int64_t qe0, qe1, ke0, ke1;
     map_extents(a, &qe0, &qe1, &ke0, &ke1);
-    const int kbox = a.block_table && a.page_size < bn ? (int)a.page_size : bn; /* paged: boxes of a page's rows */
+    const int kbox = a.block_table ? wg_page_box(a.page_size, bn) : bn; /* paged: boxes inside a page */
     if (!enc || !make_map(&tq, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, bm) ||
         !make_map(&tk, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, kbox) ||
         !make_map(&tv, enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, kbox))
