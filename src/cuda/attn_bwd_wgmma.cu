@@ -1637,7 +1637,8 @@ bool fcc_bwd_wgmma_supports(const fcc_attn &p) {
      * written in 4-byte pairs. */
     if (!p.fits_int32 || a.Sq == 0 || a.Sk == 0 || a.B == 0 || !p.vec16 || !p.out_pairs) return false;
     /* the maps' batch and row extents: the packed axes [1, T] under RAG */
-    const int64_t qe0 = rag ? 1 : a.B, qe1 = rag ? a.Tq : a.Sq, ke0 = rag ? 1 : a.B, ke1 = rag ? a.Tk : a.Sk;
+    const MapExtents ex = map_extents(a);
+    const int64_t qe0 = ex.q0, qe1 = ex.q1, ke0 = ex.k0, ke1 = ex.k1;
     if (rag && (qe1 == 0 || ke1 == 0 || qe1 >= ((int64_t)1 << 30) || ke1 >= ((int64_t)1 << 30) ||
                 a.B >= ((int64_t)1 << 22))) /* (dQ tiles a head, Tq / 64 + B + 1, times 64 in int32) */
         return false;
@@ -1666,7 +1667,8 @@ flashc_status fcc_bwd_wgmma_run(const fcc_attn &p) {
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const EncodeTiledFn enc = encode_fn();
     const bool rag = fc_attn_is_ragged(&a); /* packed sequences (supports()) */
-    const int64_t qe0 = rag ? 1 : a.B, qe1 = rag ? a.Tq : a.Sq, ke0 = rag ? 1 : a.B, ke1 = rag ? a.Tk : a.Sk;
+    const MapExtents ex = map_extents(a);
+    const int64_t qe0 = ex.q0, qe1 = ex.q1, ke0 = ex.k0, ke1 = ex.k1;
     Maps m;
     m.rmaps = nullptr;
     if (!enc || !make_map(&m.q, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, 64) ||

@@ -209,12 +209,6 @@ static DecPlan make_tma_plan(const fcc_attn &p) {
     return decode_plan(p, TMA_BN, TMA_NW, tma_smem_of, 1);
 }
 
-/* The k/v tensor maps' extents: axis 0 (batch, cache rows or pages), axis 1
- * (keys, cache capacity, packed keys or page rows). */
-static void kv_extents(const fc_attn &a, int64_t *e0, int64_t *e1) {
-    *e0 = fc_attn_is_ragged(&a) ? a.Bk : a.B;
-    *e1 = a.block_table ? a.page_size : a.cu_k ? a.Tk : a.Sk;
-}
 
 template <typename T, class K>
 static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap &tk, const CUtensorMap &tv) {
@@ -246,8 +240,8 @@ bool fcc_fwd_decode_tma_supports(const fcc_attn &p) {
      * were in order or shuffled, against 4.2–4.3 from 32 rows on and 3.85 for the cp.async
      * kernel (H200, B=16 Sk=8k / B=4 Sk=64k, prof_decode_kernels.py --paged): those take it. */
     if (a.block_table && a.page_size % TMA_BN != 0) return false;
-    int64_t e0, e1;
-    kv_extents(a, &e0, &e1);
+    const fcwg::MapExtents ex = fcwg::map_extents(a); /* k/v: axis 0 batch, cache rows or pages; axis 1 keys */
+    const int64_t e0 = ex.k0, e1 = ex.k1;
     if (e0 > INT_MAX || e1 > INT_MAX - 256) return false;
     cuuint64_t dims[4], strides[3];
     if (!fcwg::map_shape(e0, e1, a.Hkv, a.D, a.sk, dims, strides) ||
@@ -263,8 +257,8 @@ flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p) {
     if (!pl.ok) return fcc_error(FLASHC_ERR_INTERNAL, "attn_decode_tma: run without supports()");
     const CUtensorMapDataType dt =
         a.dtype == FLASHC_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    int64_t e0, e1;
-    kv_extents(a, &e0, &e1);
+    const fcwg::MapExtents ex = fcwg::map_extents(a); /* k/v: axis 0 batch, cache rows or pages; axis 1 keys */
+    const int64_t e0 = ex.k0, e1 = ex.k1;
     CUtensorMap tk, tv;
     const fcwg::EncodeTiledFn enc = fcwg::encode_fn();
     /* No L2 promotion: every key row is read once, in 128-byte boxes; promoted to 256 bytes the

@@ -551,17 +551,6 @@ static bool wg_wide(const fcc_attn &p) {
            WgWide::SMEM <= p.dev.smem_optin;
 }
 
-/* The tensor maps' extents along axes 0 (batch) and 1 (rows) of q/o and of
- * k/v: the problem's, or for ragged problems the packed axes (cu_q: [1, Tq];
- * cu_k: [1, Tk]) and the cache's rows and capacity ([Bk, Sk]). */
-static void map_extents(const fc_attn &a, int64_t *qe0, int64_t *qe1, int64_t *ke0, int64_t *ke1) {
-    const bool rag = fc_attn_is_ragged(&a);
-    *qe0 = a.cu_q ? 1 : a.B;
-    *qe1 = a.cu_q ? a.Tq : a.Sq;
-    *ke0 = rag ? a.Bk : a.B;
-    *ke1 = a.block_table ? a.page_size : a.cu_k ? a.Tk : a.Sk; /* paged: [pages, page_size] */
-}
-
 template <typename T, class K, bool RAG = false>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
                             const CUtensorMap &tv, const CUtensorMap *to) {
@@ -640,8 +629,8 @@ bool fcc_fwd_wgmma_supports(const fcc_attn &p) {
     /* Positions are int32; no tensor map of extent 0; TMA reads 16-byte
      * aligned rows of q/k/v (vec16); o is written in 4-byte pairs. */
     if (!p.fits_int32 || a.Sk == 0 || !p.vec16 || !p.out_pairs) return false;
-    int64_t qe0, qe1, ke0, ke1;
-    map_extents(a, &qe0, &qe1, &ke0, &ke1);
+    const MapExtents ex = map_extents(a);
+    const int64_t qe0 = ex.q0, qe1 = ex.q1, ke0 = ex.k0, ke1 = ex.k1;
     /* (row coordinates: a sequence's origin plus a block's rows, in int32) */
     if (qe0 > INT_MAX || ke0 > INT_MAX || qe1 >= ((int64_t)1 << 30) || ke1 >= ((int64_t)1 << 30) || qe1 == 0 ||
         ke1 == 0)
@@ -674,8 +663,8 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
     const bool nc3 = !rag && a.D <= 64 && wg_nc(p) == 3;
     const int bm = nc3 ? WgTraits<64, 3>::BM : WgTraits<128>::BM; /* Q box rows */
     static_assert(WgTraits<64>::BM == WgTraits<128>::BM && WgTraits<128>::BM == WgTraits<256>::BM, "one BM at NC 2");
-    int64_t qe0, qe1, ke0, ke1;
-    map_extents(a, &qe0, &qe1, &ke0, &ke1);
+    const MapExtents ex = map_extents(a);
+    const int64_t qe0 = ex.q0, qe1 = ex.q1, ke0 = ex.k0, ke1 = ex.k1;
     const int kbox = a.block_table ? wg_page_box(a.page_size, bn) : bn; /* paged: boxes inside a page */
     if (!enc || !make_map(&tq, enc, dt, a.q, qe0, qe1, a.Hq, a.D, a.sq, bm) ||
         !make_map(&tk, enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, kbox) ||

@@ -1007,6 +1007,23 @@ static inline EncodeTiledFn encode_fn(void) {
     return fn;
 }
 
+/* The tensor maps' extents along axes 0 (batch) and 1 (rows) of q/o/dout
+ * (q0, q1) and of k/v (k0, k1): the problem's, or for ragged problems the
+ * packed axes (cu_q: [1, Tq]; cu_k: [1, Tk]) and the cache's rows and
+ * capacity ([Bk, S_cache]; paged: [pages, page_size]). The forward, the
+ * backward (packed sequences) and the decode kernel's maps all take these. */
+struct MapExtents {
+    int64_t q0, q1, k0, k1;
+};
+static inline MapExtents map_extents(const fc_attn &a) {
+    MapExtents e;
+    e.q0 = a.cu_q ? 1 : a.B;
+    e.q1 = a.cu_q ? a.Tq : a.Sq;
+    e.k0 = fc_attn_is_ragged(&a) ? a.Bk : a.B;
+    e.k1 = a.block_table ? a.page_size : a.cu_k ? a.Tk : a.Sk;
+    return e;
+}
+
 /* The tensor-map extents and byte strides of a [B, S, H, D] operand
  * (element strides st, st[3] = 1); false when TMA cannot address it
  * (strides must be positive multiples of 16 bytes below 2^40). A stride of
