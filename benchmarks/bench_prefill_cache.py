@@ -3,7 +3,8 @@
 tokens a sequence appended to a cache already holding L tokens, and attended
 causally (bottom-right) against all L + Sn keys, through
 flashc.torch.attention_with_kvcache as a server calls it — contiguous cache,
-and paged caches of several page sizes (shuffled pages). Beside it, in the
+and paged caches of several page sizes (shuffled pages, and each sequence's
+pages consecutive in the pool as a fresh allocation gives). Beside it, in the
 same process: the same call on the mma.sync kernels (FLASHC_CUDA_KERNEL=mma,
 the path ragged problems took before the wgmma forward ran them), flashc's
 dense forward of the same [B, Sn] × [B, L + Sn] problem (no cache: the
@@ -35,6 +36,8 @@ def main():
     ap.add_argument("--Sn", type=int, default=1024)
     ap.add_argument("--L", type=int, default=3072)
     ap.add_argument("--pages", default="16,64,256")
+    ap.add_argument("--order", default="shuffled,inorder",
+                    help="page orders: shuffled (random block tables), inorder (each sequence's pages consecutive)")
     ap.add_argument("--json")
     args = ap.parse_args()
     B, Sn, L, Hq, Hkv, D = args.B, args.Sn, args.L, 32, 8, 128
@@ -63,11 +66,14 @@ def main():
         run("flashc contiguous", cont)
         for ps in (int(x) for x in args.pages.split(",")):
             npg = (Sk + ps - 1) // ps
-            perm = torch.randperm(B * npg, generator=torch.Generator().manual_seed(ps)).to(dev)
-            table = perm.view(B, npg).to(torch.int32)
             kp, vp = (torch.zeros(B * npg, ps, Hkv, D, device=dev, dtype=dt) for _ in range(2))
-            run("flashc paged %d" % ps, lambda kp=kp, vp=vp, table=table: ft.attention_with_kvcache(
-                q, kp, vp, kn, vn, cache_seqlens=lens, block_table=table, causal=True))
+            for order in args.order.split(","):
+                perm = (torch.randperm(B * npg, generator=torch.Generator().manual_seed(ps)) if order == "shuffled"
+                        else torch.arange(B * npg)).to(dev)
+                table = perm.view(B, npg).to(torch.int32)
+                run("flashc paged %d%s" % (ps, "" if order == "shuffled" else ", in order"),
+                    lambda kp=kp, vp=vp, table=table: ft.attention_with_kvcache(
+                        q, kp, vp, kn, vn, cache_seqlens=lens, block_table=table, causal=True))
         os.environ["FLASHC_CUDA_KERNEL"] = "mma"
         run("flashc contiguous, mma.sync", cont)
         del os.environ["FLASHC_CUDA_KERNEL"]

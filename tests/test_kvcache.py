@@ -83,10 +83,13 @@ def _poison(a):
 
 
 def make(rng, Hq, Hkv, D, dtype, lens, Sn, new, page=None, idx=False, mods=None,
-         use_sinks=False, **mask):
+         use_sinks=False, runs=False, **mask):
     """(q, k_cache, v_cache, k_new, v_new, index keywords, call keywords).
     Every cache position that no sequence owns after the append, and the
-    positions the append overwrites, hold NaN/Inf."""
+    positions the append overwrites, hold NaN/Inf. Paged: shuffled pages,
+    or with runs=True each sequence's pages consecutive in the pool (a
+    serving engine's fresh allocation) except two swapped neighbours in
+    the first sequence's, with a poisoned spare page between sequences."""
     dt = np_dtype(dtype)
     B = len(lens)
     lens = np.asarray(lens, np.int32)
@@ -115,6 +118,11 @@ def make(rng, Hq, Hkv, D, dtype, lens, Sn, new, page=None, idx=False, mods=None,
         P = int(need.sum()) + 3                          # + spare pages, never read
         max_pages = int(need.max()) + 2
         perm = rng.permutation(P)
+        if runs:
+            P = int(need.sum()) + B + 3
+            perm = np.concatenate([np.arange(o, o + n) for o, n in zip(np.cumsum(need + 1) - need - 1, need)])
+            if need[0] >= 4:
+                perm[[1, 2]] = perm[[2, 1]]
         table = rng.integers(-(2 ** 31), 2 ** 31 - 1, (B, max_pages)).astype(np.int32)  # garbage
         kc = np.empty((P, page, Hkv, D), dt)
         vc = np.empty((P, page, Hkv, D), dt)
@@ -427,6 +435,22 @@ def test_long_prefill_chunks(backend, rng, heads, dtype, mask, page):
     mods = MODS[mask.pop("mods", "none")]
     check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, idx=page is None, page=page),
           mods, **mask)
+
+
+@pytest.mark.parametrize("heads,dtype", [((8, 2, 64), "float16"), ((4, 2, 128), "bfloat16"),
+                                         ((2, 1, 256), "bfloat16")], ids=["D64", "D128", "D256"])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True, window=(150, 0), sink_tokens=3, use_sinks=True)],
+                         ids=["plain", "window_sinks"])
+@pytest.mark.parametrize("page", [16, 32, 64])
+def test_long_prefill_chunks_page_runs(backend, rng, heads, dtype, mask, page):
+    """As test_long_prefill_chunks with each sequence's pages consecutive
+    in the pool (on Hopper the wgmma forward reads a key tile whose pages
+    are consecutive as one box of several pages), two of the first
+    sequence's pages swapped (its tiles there take a box a page), the
+    poisoned spare page after each sequence inside the run of its last
+    tile."""
+    mask = dict(mask)
+    check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, page=page, runs=True), **mask)
 
 
 @pytest.mark.parametrize("page", [1, 5, 16, 64, 256])

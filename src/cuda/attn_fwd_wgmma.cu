@@ -25,6 +25,12 @@
  *   (bench_serving.py --gpu); chunked prefill of 1024 tokens after 3072
  *   cached (B 4, GQA 32/8), 194 → 501 contiguous, 484 / 412 / 216 with
  *   pages of 256 / 64 / 16 (bench_prefill_cache.py; dense ceiling 549).
+ *   Since 2026-12-03 a tile's block-table entries are loaded before the
+ *   wait for its K stage and reused by its V copy, and pages that divide
+ *   the tile go in one box of several pages where they are consecutive in
+ *   the pool (tkr / tvr): in one run, pages of 16 / 32 / 64 shuffled 355 /
+ *   419 / 470, consecutive 485 / 475 / 487, contiguous 500 (was 310 / 364 /
+ *   399 shuffled, either order).
  *
  * One CTA per (BM query rows, query head, batch); 1 + NC warpgroups (NC = 3
  * consumers, BM = 192 at HD = 64 where the plan takes it, wg_nc; else NC = 2,
@@ -199,7 +205,8 @@ template <typename T, class K, bool MOD, bool SCRUB, bool FIXM = false, bool RAG
 __global__ void __launch_bounds__(K::NT, 1)
     attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
-                          const __grid_constant__ fcc_attn p, const int nM, const int otma) {
+                          const __grid_constant__ CUtensorMap tkr, const __grid_constant__ CUtensorMap tvr,
+                          const __grid_constant__ fcc_attn p, const int nM, const int otma, const int runs) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int DV = K::DV, BN = K::BN, BM = K::BM, ST = K::STAGES, NDB = K::NDB, NC = K::NC;
     extern __shared__ unsigned char smem_raw[];
@@ -274,32 +281,71 @@ __global__ void __launch_bounds__(K::NT, 1)
              * thread 0, or for paged caches by warp 0 (nis threads, below). */
             const bool paged = RAG && p.a.block_table != nullptr;
             const int nis = paged ? 32 : 1; /* the threads that issue a tile's copies */
-            auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile) {
+            /* Paged: boxes of pr = wg_page_box rows (the maps' box; pr a multiple
+             * of 8, so boxes laid end to end keep the 128B swizzle), each inside
+             * one page. A box past the sequence's last key reads its last page
+             * (any rows: they are masked and the tile scrubbed). Lane j of warp 0
+             * issues box j (BN / pr ≤ 8 boxes), its table entry loaded by that
+             * lane: one load latency a tile, not one a box (one thread walking
+             * the boxes, each entry loaded just before its copy, ran pages of 16
+             * at 216 TFLOP/s against 484 for pages of 256; all of a tile's entries
+             * loaded first by that thread spilled in the 40-register producer:
+             * benchmarks/NOTES.md). The entry of K(t) is loaded before the wait
+             * for its stage (its latency under the wait), and V(t) reuses it. */
+            const int ps = paged ? (int)p.a.page_size : 1, pr = paged ? wg_page_box(ps, BN) : BN;
+            const int plast = paged ? (Sk - 1) / ps : 0;
+            auto page_entry = [&](int tile) -> int {
+                int pg = 0;
+                if constexpr (RAG) {
+                    const int j = tid * pr, pi = min((tile * BN + j) / ps, plast);
+                    if (paged && j < BN)
+                        pg = (int)fc_clamp64(p.a.block_table[(int64_t)b * p.a.sbt[0] + (int64_t)pi * p.a.sbt[1]], 0,
+                                             p.a.Bk - 1);
+                }
+                return pg;
+            };
+            /* A tile's pages as the copies take them: pg this lane's page, run
+             * (warp-uniform) when the tile's pages are consecutive in the pool
+             * and all inside the sequence (runs != 0: whole pages dividing the
+             * tile) — one box of BN / ps pages (maps tkr / tvr) from page pg0
+             * instead of BN / ps boxes: the same rows in the same places. */
+            struct Pages {
+                int pg, pg0;
+                bool run;
+            };
+            auto page_vote = [&](int pg, int tile) -> Pages {
+                Pages s = {pg, 0, false};
+                if constexpr (RAG) {
+                    if (paged && runs) {
+                        const int j = tid * pr;
+                        s.pg0 = __shfl_sync(0xffffffffu, pg, 0);
+                        s.run = __all_sync(0xffffffffu,
+                                           j >= BN || (pg == s.pg0 + tid && (tile * BN + j) / ps <= plast));
+                    }
+                }
+                return s;
+            };
+            auto issue = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int it, int tile, const Pages &pgs) {
                 if constexpr (RAG) {
                     if (paged) {
-                        /* Paged: boxes of pr = wg_page_box rows (the maps' box; pr
-                         * a multiple of 8, so boxes laid end to end keep the 128B
-                         * swizzle), each inside one page. A box past the
-                         * sequence's last key reads its last page (any rows: they
-                         * are masked and the tile scrubbed). Lane j of warp 0 issues
-                         * box j (BN / pr ≤ 8 boxes), its table entry loaded by that
-                         * lane: one load latency a tile, not one a box (one thread
-                         * walking the boxes, each entry loaded just before its copy,
-                         * ran pages of 16 at 216 TFLOP/s against 484 for pages of 256;
-                         * all of a tile's entries loaded first by that thread spilled
-                         * in the 40-register producer: benchmarks/NOTES.md). */
                         if (tid == 0) mbar_expect_tx(bar, K::KV_BYTES);
                         __syncwarp(); /* the expected bytes before any copy completes on bar */
-                        const int ps = (int)p.a.page_size, pr = wg_page_box(ps, BN), plast = (Sk - 1) / ps;
-                        const int j = tid * pr;
+                        if (pgs.run) {
+                            if (tid == 0) {
+                                const CUtensorMap *rmap = map == &tk ? &tkr : &tvr;
+#pragma unroll
+                                for (int db = 0; db < NDB; ++db)
+                                    tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, rmap, bar, db * 64, 0,
+                                                hk, pgs.pg0);
+                            }
+                            return;
+                        }
+                        const int j = tid * pr, key = tile * BN + j;
                         if (j < BN) {
-                            const int key = tile * BN + j, pi = min(key / ps, plast);
-                            const int pg = (int)fc_clamp64(p.a.block_table[(int64_t)b * p.a.sbt[0] + (int64_t)pi * p.a.sbt[1]],
-                                                           0, p.a.Bk - 1);
 #pragma unroll
                             for (int db = 0; db < NDB; ++db)
                                 tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128 + j * 128, map, bar, db * 64,
-                                            key - (key / ps) * ps, hk, pg);
+                                            key - (key / ps) * ps, hk, pgs.pg);
                         }
                         return;
                     }
@@ -310,10 +356,13 @@ __global__ void __launch_bounds__(K::NT, 1)
                     tma_load_4d(dst + (it % ST) * K::KV_BYTES + db * BN * 128, map, bar, db * 64, kr0 + tile * BN, hk, kb);
             };
             /* In the order the consumers use them: K(t) then V(t − 1). */
-            auto load = [&](const Ring<ST> &r, uint32_t dst, const CUtensorMap *map, int it, int tile) {
+            Pages pk = {0, 0, false}, pv = pk; /* K(t)'s pages; V(t − 1)'s (K(t − 1)'s) */
+            auto load_k = [&](int it, int tile) {
                 if (tid >= nis) return;
-                r.wait_empty(it);
-                issue(dst, map, r.full + 8 * (it % ST), it, tile);
+                const int pg = page_entry(tile); /* in flight during the wait */
+                rk.wait_empty(it);
+                pk = page_vote(pg, tile);
+                issue(sK, &tk, rk.full + 8 * (it % ST), it, tile, pk);
             };
             const Vis myrow = vis_of(mask, m0 + tid, Sq), myrow2 = vis_of(mask, m0 + 128 + tid, Sq);
             const bool two = BM > 128 && 128 + tid < BM; /* this thread also holds row m0 + 128 + tid */
@@ -326,7 +375,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                         const int st = it % ST;
                         if (tid < nis) {
                             rv.wait_empty(it);
-                            issue(sV, &tv, vland + 8 * st, it, tile);
+                            issue(sV, &tv, vland + 8 * st, it, tile, pv);
                         }
                         saw |= scrub_stage<T, K>(sV + st * K::KV_BYTES, vland + 8 * st, (vpar >> st) & 1u,
                                                  rv.full + 8 * st, tid, vbad, myrow, two, myrow2, tile * BN);
@@ -334,14 +383,17 @@ __global__ void __launch_bounds__(K::NT, 1)
                         return;
                     }
                 }
-                load(rv, sV, &tv, it, tile);
+                if (tid >= nis) return;
+                rv.wait_empty(it);
+                issue(sV, &tv, rv.full + 8 * (it % ST), it, tile, pv);
             };
             int it = 0, prev = -1;
             for (int tile = kt.first;; prev = tile, tile = kt.next(tile), ++it) { /* one call site of each */
                 const bool more = tile < kt.b1;
-                if (more) load(rk, sK, &tk, it, tile);
+                if (more) load_k(it, tile);
                 if (it > 0) load_v(it - 1, prev);
                 if (!more) break;
+                pv = pk;
             }
         }
         if (SCRUB) {
@@ -553,7 +605,7 @@ static bool wg_wide(const fcc_attn &p) {
 
 template <typename T, class K, bool RAG = false>
 static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUtensorMap &tk,
-                            const CUtensorMap &tv, const CUtensorMap *to) {
+                            const CUtensorMap &tv, const CUtensorMap *to, const CUtensorMap *runs) {
     const int nM = (p.Sq + K::BM - 1) / K::BM; /* RAG: Sq is the longest sequence's */
     const unsigned grid = (unsigned)((int64_t)nM * p.Hq * p.a.B); /* ≤ INT_MAX: supports() */
     const bool mod = !p.plain_score || !p.scale_pos;
@@ -582,7 +634,8 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
         }
     }
     FCC_TRY(fcc_set_smem((const void *)kern, K::SMEM, "attn_fwd_wgmma"));
-    kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, to ? *to : tq, p, nM, to ? 1 : 0);
+    kern<<<grid, K::NT, K::SMEM, fcc_stream(p.a.stream)>>>(tq, tk, tv, to ? *to : tq, runs ? runs[0] : tk,
+                                                             runs ? runs[1] : tv, p, nM, to ? 1 : 0, runs ? 1 : 0);
     FCC_CHECK_LAUNCH("attn_fwd_wgmma_kernel");
     return FLASHC_OK;
 }
@@ -591,25 +644,25 @@ static flashc_status launch(const fcc_attn &p, const CUtensorMap &tq, const CUte
  * at its own product width (DV 80 or 96). */
 template <typename T>
 static flashc_status launch_d(const fcc_attn &p, bool nc3, bool wide, const CUtensorMap &tq, const CUtensorMap &tk,
-                              const CUtensorMap &tv, const CUtensorMap *to) {
+                              const CUtensorMap &tv, const CUtensorMap *to, const CUtensorMap *runs) {
     const int D = p.a.D;
     if (fc_attn_is_ragged(&p.a)) {
         /* Ragged: two consumer warpgroups, 128-key tiles, D in (64, 128] at
          * HD 128's full width (fewer instantiations; the maps' zero fill
          * pads) */
-        if (D <= 64) return launch<T, WgTraits<64>, true>(p, tq, tk, tv, to);
-        if (D <= 128) return launch<T, WgTraits<128>, true>(p, tq, tk, tv, to);
-        if (D <= 192) return launch<T, WgTraits<192>, true>(p, tq, tk, tv, to);
-        return launch<T, WgTraits<256>, true>(p, tq, tk, tv, to);
+        if (D <= 64) return launch<T, WgTraits<64>, true>(p, tq, tk, tv, to, runs);
+        if (D <= 128) return launch<T, WgTraits<128>, true>(p, tq, tk, tv, to, runs);
+        if (D <= 192) return launch<T, WgTraits<192>, true>(p, tq, tk, tv, to, runs);
+        return launch<T, WgTraits<256>, true>(p, tq, tk, tv, to, runs);
     }
-    if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv, to) : launch<T, WgTraits<64>>(p, tq, tk, tv, to);
+    if (D <= 64) return nc3 ? launch<T, WgTraits<64, 3>>(p, tq, tk, tv, to, nullptr) : launch<T, WgTraits<64>>(p, tq, tk, tv, to, nullptr);
     if (D <= 80)
-        return wide ? launch<T, WgTraits<128, 2, 80, 176>>(p, tq, tk, tv, to) : launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to);
+        return wide ? launch<T, WgTraits<128, 2, 80, 176>>(p, tq, tk, tv, to, nullptr) : launch<T, WgTraits<128, 2, 80>>(p, tq, tk, tv, to, nullptr);
     if (D <= 96)
-        return wide ? launch<T, WgTraits<128, 2, 96, 176>>(p, tq, tk, tv, to) : launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv, to);
-    if (D <= 128) return wide ? launch<T, WgWide>(p, tq, tk, tv, to) : launch<T, WgTraits<128>>(p, tq, tk, tv, to);
-    if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv, to);
-    return launch<T, WgTraits<256>>(p, tq, tk, tv, to);
+        return wide ? launch<T, WgTraits<128, 2, 96, 176>>(p, tq, tk, tv, to, nullptr) : launch<T, WgTraits<128, 2, 96>>(p, tq, tk, tv, to, nullptr);
+    if (D <= 128) return wide ? launch<T, WgWide>(p, tq, tk, tv, to, nullptr) : launch<T, WgTraits<128>>(p, tq, tk, tv, to, nullptr);
+    if (D <= 192) return launch<T, WgTraits<192>>(p, tq, tk, tv, to, nullptr);
+    return launch<T, WgTraits<256>>(p, tq, tk, tv, to, nullptr);
 }
 
 } // namespace fcwg
@@ -674,6 +727,15 @@ flashc_status fcc_fwd_wgmma_run(const fcc_attn &p) {
      * consumer warpgroup's rows); else 4-byte stores from registers. */
     CUtensorMap to;
     const bool otma = ((uintptr_t)a.o & 15u) == 0 && make_map(&to, enc, dt, a.o, qe0, qe1, a.Hq, a.D, a.so, 64);
-    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
-    return launch_d<__half>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr);
+    /* Paged with pages that divide the key tile: maps of BN / page_size pages a box,
+     * for the tiles whose pages are consecutive in the pool (the kernel checks). */
+    CUtensorMap runs[2];
+    const bool use_runs = rag && a.block_table && kbox == a.page_size && kbox < bn &&
+                          make_map(&runs[0], enc, dt, a.k, ke0, ke1, a.Hkv, a.D, a.sk, kbox,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, bn / kbox) &&
+                          make_map(&runs[1], enc, dt, a.v, ke0, ke1, a.Hkv, a.D, a.sv, kbox,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, bn / kbox);
+    const CUtensorMap *rp = use_runs ? runs : nullptr;
+    if (a.dtype == FLASHC_BF16) return launch_d<__nv_bfloat16>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr, rp);
+    return launch_d<__half>(p, nc3, wide, tq, tk, tv, otma ? &to : nullptr, rp);
 }

@@ -1043,18 +1043,19 @@ static inline bool map_shape(int64_t B, int64_t S, int64_t H, int64_t D, const i
     return true;
 }
 
-/* Tensor map of such an operand read in boxes of [rows, 64]; 128B swizzle;
- * zeros outside [0, S); L2 promotion l2. A map is a pure function of these
+/* Tensor map of such an operand read in boxes of [rows, 64] (of `batches`
+ * consecutive entries of axis 0, laid one after the other: a paged cache's
+ * run of pages as one box); 128B swizzle; zeros outside [0, S); L2 promotion l2. A map is a pure function of these
  * arguments: the last 8 a thread encoded are kept (a decode loop passes the
  * same cache tensors at every step; the driver's encode is host time before
  * the launch). */
 static inline bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataType dt, const void *ptr,
                      int64_t B, int64_t S, int64_t H, int64_t D, const int64_t *st, int rows,
-                     CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+                     CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B, int batches = 1) {
     struct Key {
         const void *ptr;
         cuuint64_t dims[4], strides[3];
-        int dt, rows, l2;
+        int dt, rows, l2, batches;
     };
     struct Entry {
         CUtensorMap map;
@@ -1070,12 +1071,13 @@ static inline bool make_map(CUtensorMap *m, EncodeTiledFn enc, CUtensorMapDataTy
     k.dt = (int)dt;
     k.rows = rows;
     k.l2 = (int)l2;
+    k.batches = batches;
     for (Entry &e : cache)
         if (e.used && memcmp(&e.key, &k, sizeof k) == 0) {
             *m = e.map;
             return true;
         }
-    const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, estr[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, (cuuint32_t)batches}, estr[4] = {1, 1, 1, 1};
     if (enc(m, dt, 4, const_cast<void *>(ptr), k.dims, k.strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
             CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
