@@ -133,9 +133,8 @@ __global__ void __launch_bounds__(K::NT, 2)
             dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
             for (int n = 0; n < nt; ++n) {
                 const int s = n % ST;
-                if (n >= ST) mbar_wait(empty + 8 * s, ((n / ST) - 1) & 1);
-                mbar_expect_tx(full + 8 * s, K::STAGE);
-                const uint32_t dk = base + s * K::STAGE, dv = dk + K::KV_BYTES;
+                /* The tile's coordinates (paged: its table entry, loaded here) before the
+                 * wait for its stage: the load's latency under the wait, not after it. */
                 const int key0 = c.tile_key0(c.k0 + n);
                 int row, b4;
                 if (PAGED) {
@@ -150,6 +149,9 @@ __global__ void __launch_bounds__(K::NT, 2)
                     row = (int)c.seq.k_row + key0;
                     b4 = (int)c.seq.kb;
                 }
+                if (n >= ST) mbar_wait(empty + 8 * s, ((n / ST) - 1) & 1);
+                mbar_expect_tx(full + 8 * s, K::STAGE);
+                const uint32_t dk = base + s * K::STAGE, dv = dk + K::KV_BYTES;
 #pragma unroll
                 for (int db = 0; db < NDB; ++db) {
                     tma_load_4d(dk + db * BN * 128, &tk, full + 8 * s, db * 64, row, c.hk, b4);
