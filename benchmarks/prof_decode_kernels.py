@@ -55,29 +55,42 @@ def kvcache_rows(B, Sk, Sq):
 
 
 def paged_rows(B, Sk):
+    """The paged decode kernel beside the dense one; pages the tile does not
+    divide (16, 48, 80) also on the cp.async kernel (FLASHC_CUDA_KERNEL=mma,
+    read at every call) in the same process. Sk is cut to whole pages."""
     q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(B, Sk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    kv_bytes = 2 * k.numel() * k.element_size()
-    full = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
 
     def main_us(fn):
         ks = sorted((e for e in kernels(fn) if "combine" not in e[1]), key=lambda e: -e[0])
         return ks[0][0]
 
+    def row(what, page, us, nbytes):
+        print("B=%-3d Sk=%-6d %-8s %-22s %7.1f us  %.2f TB/s" % (B, Sk, page, what, us, nbytes / us / 1e6),
+              flush=True)
+
     with torch.no_grad():
-        us = main_us(lambda: ft.attention(q, k, v))
-        print("B=%-3d Sk=%-6d dense            %7.1f us  %.2f TB/s" % (B, Sk, us, kv_bytes / us / 1e6), flush=True)
-        for page in (16, 32, 64, 256):
+        row("dense", "", main_us(lambda: ft.attention(q, k, v)), 2 * k.numel() * k.element_size())
+        for page in (16, 32, 48, 64, 80, 256):
             npb = Sk // page
+            Skp = npb * page
+            nbytes = 2 * B * Skp * 8 * 128 * k.element_size()
+            full = torch.full((B,), Skp, dtype=torch.int32, device="cuda")
             for shuffled in (False, True):
                 order = torch.randperm(B * npb, device="cuda") if shuffled else torch.arange(B * npb, device="cuda")
                 table = order.view(B, npb).to(torch.int32)
                 kp, vp = (torch.empty(B * npb, page, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-                kp[order] = k.reshape(B * npb, page, 8, 128)
-                vp[order] = v.reshape(B * npb, page, 8, 128)
-                us = main_us(lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table))
-                print("B=%-3d Sk=%-6d page %-3d %-9s %7.1f us  %.2f TB/s" % (
-                    B, Sk, page, "shuffled" if shuffled else "in order", us, kv_bytes / us / 1e6), flush=True)
+                kp[order] = k[:, :Skp].reshape(B * npb, page, 8, 128)
+                vp[order] = v[:, :Skp].reshape(B * npb, page, 8, 128)
+                fn = lambda: ft.attention_with_kvcache(q, kp, vp, cache_seqlens=full, block_table=table)  # noqa: E731
+                order_s = "shuffled" if shuffled else "in order"
+                row(order_s, "page %d" % page, main_us(fn), nbytes)
+                if page % 32:
+                    os.environ["FLASHC_CUDA_KERNEL"] = "mma"
+                    try:
+                        row(order_s + " cp.async", "page %d" % page, main_us(fn), nbytes)
+                    finally:
+                        del os.environ["FLASHC_CUDA_KERNEL"]
 
 
 def main():

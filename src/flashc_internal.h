@@ -140,9 +140,18 @@ static inline FC_HOST_DEVICE fc_seq fc_attn_seq(const fc_attn *a, int64_t b) {
     return s;
 }
 
+/* The pool page (axis 0 of the paged k/v) holding page pi of sequence b:
+ * block_table[b, pi], clamped to [0, Bk). A host table's entries are
+ * validated before any kernel runs (attention_ragged.c); a device table's
+ * are not read on the host, so a bad entry reads a valid page (a wrong
+ * result, never an out-of-bounds read). Every kernel's page lookup. */
+static inline FC_HOST_DEVICE int64_t fc_attn_page(const fc_attn *a, int64_t b, int64_t pi) {
+    return fc_clamp64(a->block_table[b * a->sbt[0] + pi * a->sbt[1]], 0, a->Bk - 1);
+}
+
 /* Element offset of key row j (< s->Sk) of sequence b, head hk, dim 0, in a
  * k/v-shaped tensor with strides st (paged: through the block table, page
- * ids clamped to [0, Bk)). */
+ * ids clamped to [0, Bk): fc_attn_page). */
 static inline FC_HOST_DEVICE int64_t fc_attn_key_offset(const fc_attn *a, const fc_seq *s, int64_t b,
                                                         const int64_t st[4], int64_t j, int64_t hk) {
     if (a->block_table) {
@@ -150,7 +159,7 @@ static inline FC_HOST_DEVICE int64_t fc_attn_key_offset(const fc_attn *a, const 
          * 64-bit division is a long instruction sequence on a GPU. */
         const int64_t ps = a->page_size;
         const int64_t pi = ((uint64_t)j | (uint64_t)ps) <= 0xFFFFFFFFu ? (int64_t)((uint32_t)j / (uint32_t)ps) : j / ps;
-        const int64_t pg = fc_clamp64(a->block_table[b * a->sbt[0] + pi * a->sbt[1]], 0, a->Bk - 1);
+        const int64_t pg = fc_attn_page(a, b, pi);
         return pg * st[0] + (j - pi * ps) * st[1] + hk * st[2];
     }
     return s->kb * st[0] + (s->k_row + j) * st[1] + hk * st[2];

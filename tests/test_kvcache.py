@@ -453,6 +453,25 @@ def test_long_prefill_chunks_page_runs(backend, rng, heads, dtype, mask, page):
     check(backend, rng, heads, dtype, dict(lens=[300, 0, 517], Sn=200, new=200, page=page, runs=True), **mask)
 
 
+@pytest.mark.parametrize("heads,dtype", [((8, 2, 64), "float16"), ((4, 2, 128), "bfloat16"),
+                                         ((4, 1, 80), "float16"), ((2, 1, 256), "bfloat16")],
+                         ids=["D64", "D128", "D80", "D256"])
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True, window=(700, 0), sink_tokens=3, use_sinks=True),
+                                  dict(causal=True, mods="both")], ids=["plain", "window_sinks", "mods"])
+@pytest.mark.parametrize("page", [16, 48, 80])
+def test_long_paged_decode(backend, rng, heads, dtype, mask, page):
+    """Decode steps (1 or 3 query tokens) against long paged caches whose
+    page size the decode's 32-key tile does not divide (on Hopper the TMA
+    decode reads those in boxes of 16 rows, two a tile, each from its own
+    page: a tile straddles two pages at 48 and 80): shuffled pages, lengths
+    ending inside a box, a sequence with no key, NaN/Inf in every slot no
+    sequence owns, the token appended in place."""
+    mask = dict(mask)
+    mods = MODS[mask.pop("mods", "none")]
+    Sn = 3 if page == 48 else 1
+    check(backend, rng, heads, dtype, dict(lens=[1500, 0, 517, 40], Sn=Sn, new=Sn, page=page), mods, **mask)
+
+
 @pytest.mark.parametrize("page", [1, 5, 16, 64, 256])
 @pytest.mark.parametrize("Sn", [1, 4, 16])
 def test_long_paged_same_bits_as_contiguous(backend, rng, page, Sn):

@@ -7,8 +7,8 @@
  *
  *   q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], KV caches [Bk, Sc, Hkv, D] with
  *   per-sequence lengths, packed keys [Tk, Hkv, D] (cu_seqlens_k) or pages
- *   [pages, page_size, Hkv, D] (page_size a multiple of 32, the tile; pages
- *   of 16 rows take the cp.async kernel, attn_decode.cu) -> o, lse.
+ *   [pages, page_size, Hkv, D] (page_size a multiple of 16; other sizes take
+ *   the cp.async kernel, attn_decode.cu) -> o, lse.
  *
  * Why. The cp.async kernel keeps at most (stages − 1) 16-key tiles a warp in
  * flight and spends its warps' issue slots on 16-byte copies. Here one
@@ -31,9 +31,10 @@
  * tensor's extent (TMA's out-of-bounds fill), else whatever the cache or
  * the packed batch holds there — masked, and their V values scrubbed of
  * NaN/Inf on those (partial) tiles by the tile step, as the keys a row
- * cannot see (attn_fwd_tile.cuh). Paged (pages of a multiple of BN rows): a
- * tile is one box from one page (block table entries clamped to [0, Bk),
- * tiles past the end take the last key's page).
+ * cannot see (attn_fwd_tile.cuh). Paged: a tile is one box from one page
+ * where the page size is a multiple of BN, else (page sizes 16, 48, 80, ...)
+ * two boxes of 16 rows, each inside one page; block table entries clamped to
+ * [0, Bk) (fc_attn_page), boxes past the sequence's end take its last key's.
  */
 #include "attn_decode.cuh"
 #include "attn_wgmma.cuh"
@@ -92,12 +93,13 @@ template <int NW> __device__ __forceinline__ void consumers_sync() {
 }
 
 /* One CTA: row block, key split, kv head, sequence (DecCta). PAGED: k/v are
- * pages of a multiple of BN rows (supports()), read through the block table,
- * a tile one box from one page. */
+ * pages of a multiple of 16 rows (supports()), read through the block table
+ * in boxes of pb rows (the maps' box: BN where it divides the page size,
+ * else 16), each inside one page. */
 template <typename T, class K, bool MOD, bool PAGED>
 __global__ void __launch_bounds__(K::NT, 2)
     attn_decode_tma_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
-                           const __grid_constant__ fcc_attn p, const DecArgs da) {
+                           const __grid_constant__ fcc_attn p, const DecArgs da, const int pb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BN = K::BN, RB = K::RB, NW = K::NW, ST = K::ST, NDB = K::NDB;
     extern __shared__ unsigned char smem_raw[];
@@ -130,32 +132,45 @@ __global__ void __launch_bounds__(K::NT, 2)
         if (lane == 0) {
             const fc_attn &a = p.a;
             const int Sk = (int)c.seq.Sk;
+            /* Boxes a tile: 1, or 2 of 16 rows (pages whose size BN does not divide). Box h
+             * of a tile lands at row h·pb of each of its [BN][64] blocks: whole 8-row
+             * swizzle atoms, so the consumers' addressing is the same either way. */
+            const int nb = PAGED ? BN / pb : 1;
+            const int jlast = PAGED ? (Sk - 1) / pb * pb : 0; /* Sk ≥ 1: the split has tiles */
             dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
             for (int n = 0; n < nt; ++n) {
                 const int s = n % ST;
-                /* The tile's coordinates (paged: its table entry, loaded here) before the
-                 * wait for its stage: the load's latency under the wait, not after it. */
+                /* The tile's coordinates (paged: its table entries, loaded here) before the
+                 * wait for its stage: the loads' latency under the wait, not after it. */
                 const int key0 = c.tile_key0(c.k0 + n);
-                int row, b4;
+                int row[2], b4[2];
                 if (PAGED) {
-                    /* The tile's BN keys lie in one page (BN divides the page size and key0);
-                     * past the sequence's end, the tile of its last key. */
+                    /* Box h's pb keys lie in one page (pb divides the page size and the
+                     * box's first key); past the sequence's end, the box of its last key. */
                     const int ps = (int)a.page_size;
-                    const int j = min(key0, (Sk - 1) / BN * BN); /* Sk ≥ 1: the split has tiles */
-                    const int pi = j / ps;
-                    b4 = (int)fc_clamp64(a.block_table[c.b * a.sbt[0] + pi * a.sbt[1]], 0, a.Bk - 1);
-                    row = j - pi * ps;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int j = min(key0 + h * pb, jlast);
+                        const int pi = j / ps;
+                        b4[h] = h < nb ? (int)fc_attn_page(&a, c.b, pi) : 0;
+                        row[h] = j - pi * ps;
+                    }
                 } else {
-                    row = (int)c.seq.k_row + key0;
-                    b4 = (int)c.seq.kb;
+                    row[0] = (int)c.seq.k_row + key0;
+                    b4[0] = (int)c.seq.kb;
                 }
                 if (n >= ST) mbar_wait(empty + 8 * s, ((n / ST) - 1) & 1);
                 mbar_expect_tx(full + 8 * s, K::STAGE);
                 const uint32_t dk = base + s * K::STAGE, dv = dk + K::KV_BYTES;
 #pragma unroll
                 for (int db = 0; db < NDB; ++db) {
-                    tma_load_4d(dk + db * BN * 128, &tk, full + 8 * s, db * 64, row, c.hk, b4);
-                    tma_load_4d(dv + db * BN * 128, &tv, full + 8 * s, db * 64, row, c.hk, b4);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        if (h >= nb) break;
+                        const uint32_t off = db * BN * 128 + h * pb * 128;
+                        tma_load_4d(dk + off, &tk, full + 8 * s, db * 64, row[h], c.hk, b4[h]);
+                        tma_load_4d(dv + off, &tv, full + 8 * s, db * 64, row[h], c.hk, b4[h]);
+                    }
                 }
             }
         }
@@ -213,7 +228,8 @@ static DecPlan make_tma_plan(const fcc_attn &p) {
 
 
 template <typename T, class K>
-static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap &tk, const CUtensorMap &tv) {
+static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap &tk, const CUtensorMap &tv,
+                         int pb) {
     DecArgs da;
     float *scr;
     FCC_TRY(decode_scratch(p, pl, &da, &scr));
@@ -223,7 +239,7 @@ static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode_tma");
     if (s == FLASHC_OK) {
         const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
-                                         dec_after_append(p), tk, tv, p, da);
+                                         dec_after_append(p), tk, tv, p, da, pb);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_tma_kernel");
     }
     return decode_combine(p, pl, da, scr, s);
@@ -237,11 +253,14 @@ bool fcc_fwd_decode_tma_supports(const fcc_attn &p) {
     if (p.dev.cc != 90) return false; /* sm_90a code runs there and nowhere else */
     /* TMA: 16-byte aligned rows and strides (vec16), D % 8 == 0 (vec16), int32 coordinates. */
     if (!p.vec16 || fcwg::encode_fn() == nullptr) return false;
-    /* Paged: pages of whole tiles only. A page of 16 rows (two boxes of 16 rows a tile,
-     * tried in the sixteenth session) ran at 3.05 TB/s whether the pages
-     * were in order or shuffled, against 4.2–4.3 from 32 rows on and 3.85 for the cp.async
-     * kernel (H200, B=16 Sk=8k / B=4 Sk=64k, prof_decode_kernels.py --paged): those take it. */
-    if (a.block_table && a.page_size % TMA_BN != 0) return false;
+    /* Paged: page sizes that are multiples of 16 (boxes of 16 rows where BN does not
+     * divide the page: page_box). Where pages of 16 first ran in 16-row boxes (sixteenth
+     * session) the producer loaded a tile's table entries after the wait for its stage
+     * and read at 3.05 TB/s against 3.85 for the cp.async kernel; with the entries
+     * loaded before the wait (H100, B=16 Sk=8k, kernel µs, shuffled pages): pages of
+     * 16 / 48 / 80 185 / 182 / 180 against 196 / 192 / 191 on the cp.async kernel,
+     * dense 177 (benchmarks/NOTES.md, thirty-first session). */
+    if (a.block_table && a.page_size % 16 != 0) return false;
     const fcwg::MapExtents ex = fcwg::map_extents(a); /* k/v: axis 0 batch, cache rows or pages; axis 1 keys */
     const int64_t e0 = ex.k0, e1 = ex.k1;
     if (e0 > INT_MAX || e1 > INT_MAX - 256) return false;
@@ -252,9 +271,15 @@ bool fcc_fwd_decode_tma_supports(const fcc_attn &p) {
     return make_tma_plan(p).ok;
 }
 
+/* Rows of a K/V box: the tile, or 16 for pages the tile does not divide. */
+static int page_box(const fc_attn &a) {
+    return a.block_table && a.page_size % fcdec::TMA_BN != 0 ? 16 : fcdec::TMA_BN;
+}
+
 flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p) {
     using namespace fcdec;
     const fc_attn &a = p.a;
+    const int pb = page_box(a);
     const DecPlan pl = make_tma_plan(p);
     if (!pl.ok) return fcc_error(FLASHC_ERR_INTERNAL, "attn_decode_tma: run without supports()");
     const CUtensorMapDataType dt =
@@ -265,12 +290,12 @@ flashc_status fcc_fwd_decode_tma_run(const fcc_attn &p) {
     const fcwg::EncodeTiledFn enc = fcwg::encode_fn();
     /* No L2 promotion: every key row is read once, in 128-byte boxes; promoted to 256 bytes the
      * same loads ran at 4.0–4.1 TB/s instead of 4.4–4.5 (B ≥ 16, H200; cuDNN 4.5). */
-    if (!enc || !make_map(&tk, enc, dt, a.k, e0, e1, a.Hkv, a.D, a.sk, TMA_BN, CU_TENSOR_MAP_L2_PROMOTION_NONE) ||
-        !make_map(&tv, enc, dt, a.v, e0, e1, a.Hkv, a.D, a.sv, TMA_BN, CU_TENSOR_MAP_L2_PROMOTION_NONE))
+    if (!enc || !make_map(&tk, enc, dt, a.k, e0, e1, a.Hkv, a.D, a.sk, pb, CU_TENSOR_MAP_L2_PROMOTION_NONE) ||
+        !make_map(&tv, enc, dt, a.v, e0, e1, a.Hkv, a.D, a.sv, pb, CU_TENSOR_MAP_L2_PROMOTION_NONE))
         return fcc_fwd_decode_run(p); /* the driver refused a map supports() accepted: the cp.async kernel */
     return with_tma_traits(pl.HD, pl.MT, [&](auto k) {
         using K = decltype(k);
-        if (a.dtype == FLASHC_BF16) return run<__nv_bfloat16, K>(p, pl, tk, tv);
-        return run<__half, K>(p, pl, tk, tv);
+        if (a.dtype == FLASHC_BF16) return run<__nv_bfloat16, K>(p, pl, tk, tv, pb);
+        return run<__half, K>(p, pl, tk, tv, pb);
     });
 }

@@ -299,8 +299,7 @@ __global__ void __launch_bounds__(K::NT, 1)
                 if constexpr (RAG) {
                     const int j = tid * pr, pi = min((tile * BN + j) / ps, plast);
                     if (paged && j < BN)
-                        pg = (int)fc_clamp64(p.a.block_table[(int64_t)b * p.a.sbt[0] + (int64_t)pi * p.a.sbt[1]], 0,
-                                             p.a.Bk - 1);
+                        pg = (int)fc_attn_page(&p.a, b, pi);
                 }
                 return pg;
             };
