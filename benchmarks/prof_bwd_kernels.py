@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Per-kernel GPU time of one flashc forward+backward (torch.profiler), for the
-shapes given as D:S[:causal[:nondet[:W[:Hkv[:Hq[:softcap]]]]]]] (16k tokens, width 2048,
-bf16; nondet = 1: the unordered dQ, deterministic=False; W > 0: causal sliding
+shapes given as D:S[:causal[:nondet[:W[:Hkv[:Hq[:softcap[:sinks]]]]]]]] (16k tokens, width
+2048, bf16; nondet = 1: the unordered dQ, deterministic=False; W > 0: causal sliding
 window of W keys, window=(W - 1, 0); Hkv: GQA; Hq: other than 2048 / D;
-softcap > 0: that softcap), e.g.
+softcap > 0: that softcap; sinks = 1: a sink logit per head, with its gradient), e.g.
     python3 benchmarks/prof_bwd_kernels.py 128:4096 64:4096 128:4096:1 256:4096:0:1
     python3 benchmarks/prof_bwd_kernels.py 128:16384:1:0:1024:8:32   # issue 8's SWA row
     python3 benchmarks/prof_bwd_kernels.py 128:4096:0:0:0:16:16:30   # softcap 30
+    python3 benchmarks/prof_bwd_kernels.py 64:8192:1:0:128:8:64:0:1  # GPT-OSS-like
 Prints each kernel's mean time per call; needs torch with CUDA."""
 import sys
 import torch
@@ -28,6 +29,8 @@ def main():
         kw = dict(causal=True, window=(W - 1, 0)) if W > 0 else dict(causal=causal)
         if len(parts) > 7 and float(parts[7]) > 0:
             kw["softcap"] = float(parts[7])
+        if len(parts) > 8 and parts[8] == "1":
+            kw["sinks"] = torch.randn(H, device="cuda", dtype=torch.float32, requires_grad=True)
         q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k, v = (torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                 for _ in range(2))
