@@ -587,8 +587,19 @@ static bool rows_differ(const fcc_attn &p) {
     fc_visible_keys(&p.mask, p.Sq - 1, &sel, &lol, &hil);
     return !(hi0 == p.Sk && (lol == 0 || sel == lol));
 }
-/* Consumer warpgroups at HD = 64 (WgTraits). */
-static int wg_nc(const fcc_attn &p) { return rows_differ(p) && p.Sq < 4096 ? 2 : 3; }
+/* Consumer warpgroups at HD = 64 (WgTraits): 3 (192 query rows a CTA)
+ * unless some row misses some key and the rows are short (Sq < 4096), or
+ * the window is narrow (≤ 256 keys a row: a CTA's keys are its rows plus
+ * the window, so 192 rows compute ~(192 + W) / (128 + W) the keys of 128
+ * for the same useful work). Measured at W = 128, GQA 64/8, D = 64, S = 8k
+ * with sink logits (H100, benchmarks/NOTES.md, thirty-first session):
+ * forward 59.0 / 64.0 → 68.5 / 66.1 TFLOP/s with 2 instead of 3. */
+static int wg_nc(const fcc_attn &p) {
+    if (!rows_differ(p)) return 3;
+    const int64_t wl = p.mask.wl, wr = p.mask.wr; /* −1: open */
+    const bool narrow = wl >= 0 && wr >= 0 && wl <= 256 && wr <= 256 && wl + wr + 1 <= 256;
+    return p.Sq < 4096 || narrow ? 2 : 3;
+}
 /* 176-key tiles at D in (64, 128] (WgTraits' BN_): where every row sees
  * every key (no masked tile, nothing to scrub), the rows are long and the
  * device has the shared memory. Measured (benchmarks/NOTES.md, nineteenth
