@@ -121,8 +121,9 @@ __global__ void __launch_bounds__(256) fcc_bwd_prep_vec_kernel(const __grid_cons
  * ascending), then a fixed tree: the same order on every run. One block per
  * head; eight rows' loads issued before their terms (one load and a 64-bit
  * division a row in turn took 59 µs at B 2, Sq 8k, Hq 64 on an H100). */
-template <class A, class F>
-__device__ __forceinline__ A fcc_dsink_rows(A acc, A s, const A *Lr, const A *Dr, int64_t n) {
+__device__ __forceinline__ double fcc_dsink_term(double s, double L, double Dl) { return fc_dsink_term(s, L, Dl); }
+__device__ __forceinline__ float fcc_dsink_term(float s, float L, float Dl) { return fc_dsink_termf(s, L, Dl); }
+template <class A> __device__ __forceinline__ A fcc_dsink_rows(A acc, A s, const A *Lr, const A *Dr, int64_t n) {
     constexpr int U = 8;
     int64_t i = threadIdx.x;
     for (; i + (U - 1) * 256 < n; i += U * 256) {
@@ -133,18 +134,12 @@ __device__ __forceinline__ A fcc_dsink_rows(A acc, A s, const A *Lr, const A *Dr
             d[u] = Dr[i + u * 256];
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) acc += F::term(s, l[u], d[u]);
+        for (int u = 0; u < U; ++u) acc += fcc_dsink_term(s, l[u], d[u]);
     }
-    for (; i < n; i += 256) acc += F::term(s, Lr[i], Dr[i]);
+    for (; i < n; i += 256) acc += fcc_dsink_term(s, Lr[i], Dr[i]);
     return acc;
 }
-template <class A> struct FccDsinkTerm {
-    static __device__ __forceinline__ A term(A s, A L, A Dl) {
-        if constexpr (sizeof(A) == 8) return fc_dsink_term(s, L, Dl);
-        else return fc_dsink_termf(s, L, Dl);
-    }
-};
-template <class A, bool RAG>
+template <class A>
 __global__ void __launch_bounds__(256) fcc_bwd_dsinks_kernel(const __grid_constant__ fcc_attn p,
                                                              const A *Lbuf, const A *Dbuf) {
     __shared__ A part[256];
@@ -152,17 +147,10 @@ __global__ void __launch_bounds__(256) fcc_bwd_dsinks_kernel(const __grid_consta
     const int64_t h = blockIdx.x;
     const A s = (A)fc_attn_sink(&a, h);
     A acc = A(0);
-    for (int64_t b = 0; b < a.B; ++b) {
-        int64_t row0, nr; /* the sequence's rows of head h in the [.., Hq, Sq] buffers */
-        if constexpr (RAG) {
-            const fc_seq sq = fc_attn_seq(&a, b);
-            row0 = fcc_rowbuf_row(a, sq, h, 0);
-            nr = sq.Sq;
-        } else {
-            row0 = (b * a.Hq + h) * a.Sq;
-            nr = a.Sq;
-        }
-        acc = fcc_dsink_rows<A, FccDsinkTerm<A>>(acc, s, Lbuf + row0, Dbuf + row0, nr);
+    for (int64_t b = 0; b < a.B; ++b) { /* the sequence's rows of head h in the row buffers */
+        const fc_seq sq = fc_attn_seq(&a, b);
+        const int64_t row0 = fcc_rowbuf_row(a, sq, h, 0);
+        acc = fcc_dsink_rows(acc, s, Lbuf + row0, Dbuf + row0, sq.Sq);
     }
     part[threadIdx.x] = acc;
     __syncthreads();
@@ -609,13 +597,10 @@ flashc_status fcc_bwd_dsinks_run(const fcc_attn &p, const void *Lbuf, const void
     if (!p.a.sink_logits) return FLASHC_OK;
     /* B·Sq = 0 still runs: dsinks = 0. */
     cudaStream_t st = fcc_stream(p.a.stream);
-    const bool rag = fc_attn_is_ragged(&p.a);
     if (p.a.dtype == FLASHC_F64)
-        (rag ? fcc_bwd_dsinks_kernel<double, true> : fcc_bwd_dsinks_kernel<double, false>)<<<(unsigned)p.a.Hq, 256, 0, st>>>(
-            p, (const double *)Lbuf, (const double *)Dbuf);
+        fcc_bwd_dsinks_kernel<double><<<(unsigned)p.a.Hq, 256, 0, st>>>(p, (const double *)Lbuf, (const double *)Dbuf);
     else
-        (rag ? fcc_bwd_dsinks_kernel<float, true> : fcc_bwd_dsinks_kernel<float, false>)<<<(unsigned)p.a.Hq, 256, 0, st>>>(
-            p, (const float *)Lbuf, (const float *)Dbuf);
+        fcc_bwd_dsinks_kernel<float><<<(unsigned)p.a.Hq, 256, 0, st>>>(p, (const float *)Lbuf, (const float *)Dbuf);
     FCC_CHECK_LAUNCH("fcc_bwd_dsinks_kernel");
     return FLASHC_OK;
 }
