@@ -31,8 +31,8 @@
  *     write their dSᵀ (bf16/f16) into one [128 keys][64 rows] smem tile,
  *     and a m64n64k16 product with both operands transposed (dS and the
  *     K block) gives 64 columns of dQ per warpgroup over all 128 keys
- *     (HD = 64: m64n32, 32 columns each). The fp32 tiles go to a double-buffered smem ring while
- *     [dV, dK] runs; the drain thread adds them to an fp32
+ *     (HD = 64: m64n32, 32 columns each). The fp32 tiles go to a smem ring
+ *     (2 tiles; 4 at HD = 64, KvTraits::NDQ) while [dV, dK] runs; the drain thread adds them to an fp32
  *     [B, Hq, Sq(64), HD] buffer with bulk reductions
  *     (cp.reduce.async.bulk .add.f32), one after the other; a last kernel
  *     converts the buffer to dq.
@@ -253,12 +253,15 @@ template <int HD_, int DQM_, int DV_ = HD_> struct KvTraits {
     static constexpr int DS_BYTES = BN * BQ * 2; /* one dSᵀ tile [128 keys][64 rows] */
     static constexpr int DQ_BYTES = BQ * HD * 4; /* one fp32 dQ tile [64 rows][HD]: each warpgroup
                                                     its HD / 2 columns over all 128 keys */
+    /* dQ tiles staged for the drain: 4 at HD = 64 (the shared memory is there; a tile
+     * takes half HD 128's time, and the ordered additions' turns come no faster), 2 at 128 */
+    static constexpr int NDQ = HD == 64 ? 4 : 2;
     static constexpr int OFF_V = KV_BYTES;
     static constexpr int OFF_Q = 2 * KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + ST * T_BYTES;
     static constexpr int OFF_DS = OFF_DO + ST * T_BYTES; /* [2] dSᵀ tiles */
-    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES; /* [2] fp32 dQ tiles */
-    static constexpr int OFF_LD = OFF_DQ + 2 * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
+    static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES;   /* [NDQ] fp32 dQ tiles */
+    static constexpr int OFF_LD = OFF_DQ + NDQ * DQ_BYTES; /* [ST][2][BQ] fp32: L·log2e, Δ */
     static constexpr int SMEM = OFF_LD + ST * 2 * BQ * 4 + 1024; /* + alignment slack */
     static_assert(HD == 64 || HD == 128, "HD 64 or 128");
     static_assert(SMEM <= 232448, "Hopper opt-in shared memory");
@@ -517,7 +520,7 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     extern __shared__ unsigned char smem_raw[];
     /* K/V; tile full, empty; dQ tile full, empty; K/V landed (SCRUB) */
-    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 4 + 1];
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 2 * K::NDQ + 1];
     __shared__ uint32_t kbad[4]; /* SCRUB: the block's keys whose K held NaN/Inf (bit j: key n0 + j) */
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + K::OFF_V, sQ = base + K::OFF_Q, sdO = base + K::OFF_DO;
@@ -525,8 +528,9 @@ __global__ void __launch_bounds__(384, 1)
     float *sLD = reinterpret_cast<float *>(smem_raw + (base - raw) + K::OFF_LD);
     const uint32_t barKV = smem_u32(&bars[0]);
     const Ring<ST> rq = {smem_u32(&bars[1]), smem_u32(&bars[1 + ST])};
-    const Ring<2> rdq = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[3 + 2 * ST])}; /* consumers fill, warp 2 drains */
-    const uint32_t kvland = smem_u32(&bars[5 + 2 * ST]);
+    constexpr int NDQ = K::NDQ;
+    const Ring<NDQ> rdq = {smem_u32(&bars[1 + 2 * ST]), smem_u32(&bars[1 + 2 * ST + NDQ])}; /* consumers fill, warp 2 drains */
+    const uint32_t kvland = smem_u32(&bars[1 + 2 * ST + 2 * NDQ]);
     /* Masked NaN/Inf: dQ += dS·K multiplies a masked dS = 0 by the
      * whole K block, 0·NaN = NaN. With SCRUB (some row misses some key,
      * chosen on the host) the producer replaces the block's non-finite K
@@ -564,7 +568,7 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(rq.full + 8 * s, 33);   /* the TMA + warp 1's 32 lanes (L/Δ) */
             mbar_init(rq.empty + 8 * s, 256); /* every consumer thread */
         }
-        for (int s = 0; s < 2; ++s) {
+        for (int s = 0; s < NDQ; ++s) {
             mbar_init(rdq.full + 8 * s, 256); /* every consumer thread */
             mbar_init(rdq.empty + 8 * s, 1);  /* the draining thread */
         }
@@ -626,7 +630,7 @@ __global__ void __launch_bounds__(384, 1)
                 const DqTurn turn = dq_order_turn<BN, DQM>(tw, mask, i0, Sq, nkb, order, sem);
                 rdq.wait_full(it);
                 if (DQM == DQ_ORDERED) dq_order_wait(sem, turn, order);
-                bulk_put_f32(dQacc + dqt * BQ * HD, sdQ + (it & 1) * K::DQ_BYTES,
+                bulk_put_f32(dQacc + dqt * BQ * HD, sdQ + (it % NDQ) * K::DQ_BYTES,
                              K::DQ_BYTES, turn.copy);
                 bulk_wait_read(); /* the buffer is free once read: the consumers go on while the add completes */
                 rdq.release(it);
@@ -765,8 +769,8 @@ __global__ void __launch_bounds__(384, 1)
                 {
                     wg_wait<1>(); /* dQ landed; [dV, dK](it) in flight */
                     acc_fence(acc_dq);
-                    rdq.wait_empty(it); /* the drain of tile it − 2 is done */
-                    const uint32_t dq = sdQ + (it & 1) * K::DQ_BYTES;
+                    rdq.wait_empty(it); /* the drain of tile it − NDQ is done */
+                    const uint32_t dq = sdQ + (it % NDQ) * K::DQ_BYTES;
                     const int cb = cw * (HD / 2);
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf) {
@@ -786,7 +790,7 @@ __global__ void __launch_bounds__(384, 1)
                     }
                     fence_proxy_async_smem(); /* read by the bulk reduction (async proxy) */
                 }
-                mbar_arrive(rdq.full + 8 * (it & 1));
+                mbar_arrive(rdq.full + 8 * (it % NDQ));
                 wg_wait<0>();
                 acc_fence(acc_dv);
                 acc_fence(acc_dk);
