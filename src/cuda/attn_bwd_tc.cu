@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         load_tile<T, HD, BQ, NTC>(sdO + buf * BQ * LD, dOg + (int64_t)h * a.sdo[2], a.sdo[1], i0, iend, p.D,
                                   p.vec16, tid);
         /* RAG: the sequence re-read (L1), not kept in registers through the loop */
-        const int64_t rowbase = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
+        const int64_t rowbase = fcc_rowbuf_at<RAG>(a, fcc_seq_of<RAG>(a, b), b, h, 0);
         for (int t = tid; t < BQ; t += NTC) {
             const bool ok = i0 + t < iend; /* rows past the segment: P = 0 */
             sL[buf * BQ + t] = ok ? lse_l2(Lb[rowbase + i0 + t]) : INFINITY;
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         }
         if (ATOMIC) {
             __syncthreads(); /* all of dSᵀ staged */
-            const int64_t row = RAG ? fcc_rowbuf_row(a, fcc_seq_of<RAG>(a, b), h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
+            const int64_t row = fcc_rowbuf_at<RAG>(a, fcc_seq_of<RAG>(a, b), b, h, 0);
             /* K chunks some of this warp's rows cannot see: read with non-finite values as 0. */
             const int w0 = i0 + warp * 16;
             const uint32_t san = full || w0 >= iend ? 0u
@@ -564,7 +564,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     fc_score_modf mod = {0.f, 0.f, 0.f};
     if (MOD) mod = fcc_score_mod_l2(p, b, h);
 
-    const int64_t rowbase = RAG ? fcc_rowbuf_row(a, s, h, 0) : (b * p.Hq + h) * (int64_t)p.Sq;
+    const int64_t rowbase = fcc_rowbuf_at<RAG>(a, s, b, h, 0);
     float Lr[2], Dr[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

@@ -225,7 +225,7 @@ template <bool RAG> struct SeqView {
     }
     /* The row buffers' (L, Δ) row of query row 0, head h. */
     __device__ __forceinline__ int64_t rowbase(const fcc_attn &p, int b, int h) const {
-        return RAG ? fcc_rowbuf_row(p.a, s, h, 0) : ((int64_t)b * p.Hq + h) * p.Sq;
+        return fcc_rowbuf_at<RAG>(p.a, s, b, h, 0);
     }
 };
 

@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(K::NT) attn_decode_kernel(const __grid_constan
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const fc_attn &a = p.a;
-    dec_pdl_trigger();
+    fcc_pdl_trigger();
     DecCta<RB, BN> c;
     if (!c.init(p, da)) return;
-    dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
+    fcc_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
     DecWarp<T, K, MOD> w;
     w.init(p, c, smem_u32(sQ), lane);
 
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(32 * CMB_WARPS) attn_decode_combine_kernel(con
             for (int c = 0; c < CD; ++c) v[u][c] = sp < n && lane + 32 * c < D ? po[lane + 32 * c] : 0.f;
         }
     };
-    dec_pdl_wait(); /* the split kernel's partials (a no-op unless launched dependent) */
+    fcc_pdl_wait(); /* the split kernel's partials (a no-op unless launched dependent) */
     load_o(w);
     const float ms = tid < n ? da.part_ml[2 * (P0 + tid * PS)] : -INFINITY;
     const float ls = tid < n ? da.part_ml[2 * (P0 + tid * PS) + 1] : 0.f;
@@ -322,11 +322,11 @@ flashc_status fcdec::decode_combine(const fcc_attn &p, const DecPlan &pl, const 
     cudaStream_t st = fcc_stream(p.a.stream);
     if (s == FLASHC_OK && pl.nsplit > 1) {
         const unsigned grid = (unsigned)pl.combine_grid, block = 32 * CMB_WARPS;
-        const bool pdl = p.dev.cc >= 90; /* (dec_pdl_wait) */
+        const bool pdl = p.dev.cc >= 90; /* (fcc_pdl_wait) */
         const cudaError_t e =
             p.a.dtype == FLASHC_BF16
-                ? dec_launch(attn_decode_combine_kernel<__nv_bfloat16>, grid, block, 0, st, pdl, p, da)
-                : dec_launch(attn_decode_combine_kernel<__half>, grid, block, 0, st, pdl, p, da);
+                ? fcc_launch(attn_decode_combine_kernel<__nv_bfloat16>, grid, block, 0, st, pdl, p, da)
+                : fcc_launch(attn_decode_combine_kernel<__half>, grid, block, 0, st, pdl, p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_combine_kernel");
     }
     FC_PROF_MARK(fcc_prof_marks, 7);
@@ -355,7 +355,7 @@ template <typename T, class K> static flashc_status run(const fcc_attn &p, const
     auto kern = mod ? attn_decode_kernel<T, K, true> : attn_decode_kernel<T, K, false>;
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode");
     if (s == FLASHC_OK) {
-        const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
+        const cudaError_t e = fcc_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
                                          dec_after_append(p), p, da);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_kernel");
     }

@@ -51,49 +51,16 @@ struct DecArgs {
     float *part_o;  /* nsplit > 1: [B·Hkv][nsplit][rmax][D], O unnormalised */
 };
 
-/* Programmatic dependent launch (sm_90+): the split kernel lets the combine
- * kernel be scheduled as soon as every split CTA has started
- * (dec_pdl_trigger), and the combine kernel waits for the split kernel's
- * completion and memory (dec_pdl_wait) — the combine's launch latency hides
- * under the split kernel (B = 1, Sk = 8k: the call's GPU time, first kernel
- * start to last end, 13.5 → 11.8 µs; cuDNN's 13.5–14.6). Both instructions
- * are no-ops below sm_90 and where the combine was launched without the
- * attribute (decode_combine sets it on compute capability ≥ 9.0). The same
- * pair orders a KV-cache call (flashc_attn_kvcache_fwd with k_new): the
- * append kernel triggers at its start, the split kernel is launched
- * dependent on it and waits before its first K/V load, so its launch and
- * prologue overlap the append. */
-__device__ __forceinline__ void dec_pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void dec_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/* Launches kern<<<grid, block, smem, st>>>(args...); pdl: as a programmatic
- * dependent of the kernel before it on st (the split kernel after the KV
- * append, which triggers at its start; the combine after the split kernel),
- * on compute capability ≥ 9.0 — the kernel then calls dec_pdl_wait before it
- * reads what the one before wrote. */
-template <class... KArgs, class... Args>
-static cudaError_t dec_launch(void (*kern)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t st,
-                              bool pdl, Args &&...args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<Args &&>(args)...);
-}
+/* Programmatic dependent launch (fc_cuda.cuh: fcc_pdl_trigger, fcc_pdl_wait,
+ * fcc_launch): the split kernel lets the combine kernel be scheduled as soon
+ * as every split CTA has started, and the combine kernel waits for the split
+ * kernel's completion and memory — the combine's launch latency hides under
+ * the split kernel (B = 1, Sk = 8k: the call's GPU time, first kernel start
+ * to last end, 13.5 → 11.8 µs; cuDNN's 13.5–14.6). The same pair orders a
+ * KV-cache call (flashc_attn_kvcache_fwd with k_new): the append kernel
+ * triggers at its start, the split kernel is launched dependent on it and
+ * waits before its first K/V load, so its launch and prologue overlap the
+ * append. */
 
 /* Whether fcc_kv_append_run launched its kernel for this problem, right
  * before the decode kernel on the same stream: the decode kernel is then

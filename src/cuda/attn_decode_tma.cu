@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(K::NT, 2)
     const uint32_t full = smem_u32(&bars[0]), empty = smem_u32(&bars[ST]);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    dec_pdl_trigger();
+    fcc_pdl_trigger();
     DecCta<RB, BN> c;
     if (!c.init(p, da)) return; /* (uniform over the CTA) */
     const int nt = c.k1 - c.k0;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(K::NT, 2)
              * swizzle atoms, so the consumers' addressing is the same either way. */
             const int nb = PAGED ? BN / pb : 1;
             const int jlast = PAGED ? (Sk - 1) / pb * pb : 0; /* Sk ≥ 1: the split has tiles */
-            dec_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
+            fcc_pdl_wait(); /* the KV append's cache rows (a no-op unless launched dependent) */
             for (int n = 0; n < nt; ++n) {
                 const int s = n % ST;
                 /* The tile's coordinates (paged: its table entries, loaded here) before the
@@ -238,7 +238,7 @@ static flashc_status run(const fcc_attn &p, const DecPlan &pl, const CUtensorMap
                     : (paged ? attn_decode_tma_kernel<T, K, false, true> : attn_decode_tma_kernel<T, K, false, false>);
     flashc_status s = fcc_set_smem((const void *)kern, K::SMEM, "attn_decode_tma");
     if (s == FLASHC_OK) {
-        const cudaError_t e = dec_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
+        const cudaError_t e = fcc_launch(kern, (unsigned)pl.grid, K::NT, K::SMEM, fcc_stream(p.a.stream),
                                          dec_after_append(p), tk, tv, p, da, pb);
         if (e != cudaSuccess) s = fcc_cuda_error(e, __FILE__, __LINE__, "launch of attn_decode_tma_kernel");
     }

@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dkdv_kernel(const __grid_constant
         const auto mod = fcc_gen_mod_v<V, A>(p, b, h);
         const T *qp = (const T *)a.q + fc_attn_row_offset(&sq, a.sq, 0, h);
         const T *dop = (const T *)a.dout + fc_attn_row_offset(&sq, a.sdo, 0, h);
-        const int64_t rowbase = RAG ? fcc_rowbuf_row(a, sq, h, 0) : (b * a.Hq + h) * a.Sq;
+        const int64_t rowbase = fcc_rowbuf_at<RAG>(a, sq, b, h, 0);
         for (int sg = 0; sg < nseg; ++sg) {
             for (int64_t i0 = seg_s[sg]; i0 < seg_e[sg]; i0 += BM) {
                 const int ni = (int)min((int64_t)BM, seg_e[sg] - i0);
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(256) fcc_bwd_dq_kernel(const __grid_constant__
         fcc_load_key_chunk<T, DC, BN, RAG>(Vs, (const T *)a.v, vp, tV, a.sv, j0, nj, c0, D);
     };
     if constexpr (NCH == 1) load_q_do(0);
-    const int64_t rowbase = RAG ? fcc_rowbuf_row(a, sq, h, i0) : (b * a.Hq + h) * a.Sq + i0;
+    const int64_t rowbase = fcc_rowbuf_at<RAG>(a, sq, b, h, i0);
 
     int64_t se[RM], lo[RM], hi[RM];
     fcc_rows_visible(mask, i0, ni, ty, se, lo, hi);

@@ -17,11 +17,9 @@
 
 /* ------------------------------------------------------------- append */
 template <class T> __global__ void __launch_bounds__(256) fcc_kv_append_kernel(const __grid_constant__ fc_attn a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* The decode kernel after it may start (it waits for this grid before reading the cache:
-     * attn_decode.cuh, dec_launch). */
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+     * attn_decode.cuh). */
+    fcc_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t nrows = a.B * a.S_new * a.Hkv;
     for (int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); row < nrows; row += (int64_t)gridDim.x * 8) {

@@ -114,6 +114,16 @@ __device__ __forceinline__ int64_t fcc_rowbuf_row(const fc_attn &a, const fc_seq
     const int64_t st[3] = {a.Hq * nq, nq, 1};
     return fc_attn_lse_offset(&s, st, h, i);
 }
+/* ... in a kernel instantiated for both: RAG through fcc_rowbuf_row, the
+ * dense instantiation by its closed form [B, Hq, Sq] (batch entry b; no
+ * loads of the ragged fields). */
+template <bool RAG>
+__device__ __forceinline__ int64_t fcc_rowbuf_at(const fc_attn &a, const fc_seq &s, int64_t b, int64_t h, int64_t i) {
+    if constexpr (RAG)
+        return fcc_rowbuf_row(a, s, h, i);
+    else
+        return (b * a.Hq + h) * a.Sq + i;
+}
 
 /* attn_ragged.cu, on p.a.stream. KV append (flashc_attn_kvcache_fwd with
  * k_new/v_new): k_new[b, t], v_new[b, t] into the cache at key position

@@ -124,4 +124,41 @@ flashc_status fcc_attn_bwd(const fc_attn *a);
 flashc_status fcc_weighted_sum(const fc_wsum *p);
 flashc_status fcc_weighted_sum_bwd(const fc_wsum *p);
 
+/* ------------------------------------------- programmatic dependent launch */
+/* (sm_90+) A kernel launched by fcc_launch with pdl = true may be scheduled
+ * once every CTA of the kernel before it on the stream has called
+ * fcc_pdl_trigger (or exited); fcc_pdl_wait waits until that kernel has
+ * completed and its memory is visible. Both are no-ops below sm_90 and in a
+ * kernel launched without the attribute. Users: the decode's split and
+ * combine kernels and the KV append (attn_decode.cuh), the backward's dK/dV
+ * and dQ convert kernels (attn_bwd_wgmma.cu). */
+__device__ __forceinline__ void fcc_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fcc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+/* kern<<<grid, block, smem, st>>>(args...); pdl: as a programmatic dependent
+ * of the kernel before it on st (only on compute capability ≥ 9.0: the
+ * caller decides). */
+template <class... KArgs, class... Args>
+static cudaError_t fcc_launch(void (*kern)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t st,
+                              bool pdl, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<Args &&>(args)...);
+}
+
 #endif /* FC_CUDA_CUH */
