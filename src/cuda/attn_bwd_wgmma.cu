@@ -35,7 +35,10 @@
  *     (2 tiles; 4 at HD = 64, KvTraits::NDQ) while [dV, dK] runs; the drain thread adds them to an fp32
  *     [B, Hq, Sq(64), HD] buffer with bulk reductions
  *     (cp.reduce.async.bulk .add.f32), one after the other; a last kernel
- *     converts the buffer to dq.
+ *     converts the buffer to dq — in the deterministic mode (dense rows, no
+ *     Split) as a programmatic dependent that converts each tile once its
+ *     counter (below) is complete, on the SMs the dK/dV kernel's last wave
+ *     leaves idle (bwd_dq_convert_tiles).
  *   Deterministic (default): the key blocks add to each dQ tile in a fixed
  *     order, kept by a counter per (b, h, tile) in global memory: the drain
  *     waits until the count equals its place (key_block_ordinal), adds
@@ -516,6 +519,7 @@ __global__ void __launch_bounds__(384, 1)
                           float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp,
                           const CUtensorMap *rmaps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    fcc_pdl_trigger(); /* the dQ convert may be scheduled once every CTA has started (bwd_dq_convert_tiles) */
     constexpr int HD = K::HD, DV = K::DV, BN = K::BN, BQ = K::BQ, ST = K::ST, NDB = K::NDB, DQM = K::DQM;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     extern __shared__ unsigned char smem_raw[];
@@ -985,6 +989,7 @@ __global__ void __launch_bounds__(384, 1)
                           float *dQacc, int *dQsem, const int Sqp, const int order, const Split sp,
                           const CUtensorMap *rmaps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    fcc_pdl_trigger(); /* as the HD ≤ 128 kernel */
     constexpr int HD = K::HD, BN = K::BN, BQ = K::BQ, ST = K::ST, STD = K::STD, NDB = K::NDB, DQM = K::DQM;
     constexpr int NJW = K::NJW, W1 = K::W1;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
@@ -1428,6 +1433,79 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
     }
 }
 
+/* The convert of the ordered (deterministic) mode on dense rows without
+ * Split, launched as a programmatic dependent of the dK/dV kernel: that
+ * kernel's CTAs trigger at their start, so this grid is scheduled once all
+ * of them have started, onto the SMs their last wave leaves idle (SWA
+ * W = 1024 GQA 32/8 16k: 1024 CTAs on 132 SMs, the eighth wave 100 CTAs of
+ * ~200 µs). Block k converts the CV_TILES dQ tiles from k·CV_TILES on, in
+ * the order the dK/dV grid finishes them (batch, head), each once its
+ * counter shows every addition it gets: one a key block visiting it
+ * (key_tiles over the tile's rows, the count key_block_ordinal places the
+ * blocks in, dq_order_done reaching it after the block's bulk add has
+ * completed). Should a count not come within the bound (it always comes;
+ * the bound keeps a fault from hanging the device), the block waits for the
+ * whole dK/dV grid (fcc_pdl_wait) instead. The last block waits for it
+ * before it exits, so that the grid completes after the dK/dV kernel: what
+ * follows on the stream sees both. Measured against the convert after the
+ * dK/dV kernel (H100, fwd+bwd through flashc.torch, three rounds,
+ * benchmarks/NOTES.md): SWA W=1024 +3.4 %, D=128 4k causal +2 %, the
+ * GPT-OSS-like row +3 %, dense and GQA 8k causal ±0.5 %, W = 4096 −0.9 %
+ * (its dK/dV kernel's long last wave shares L2 with the whole convert). */
+constexpr int CV_TILES = 4;
+__device__ __forceinline__ bool sem_reached(const int *sem, int n) {
+    for (uint32_t spin = 0; spin < (1u << 21); ++spin) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+        if (v >= n) {
+            asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* the bulk adds' writes, for generic loads */
+            return true;
+        }
+        __nanosleep(spin < 16 ? 64 : 512);
+    }
+    return false;
+}
+template <typename T, int HD, int BN>
+__global__ void __launch_bounds__(256) bwd_dq_convert_tiles(const __grid_constant__ fcc_attn p, const float *dQacc,
+                                                             const int *dQsem, int Sqp, int64_t ntiles) {
+    using CS = CvShape<HD>;
+    constexpr int TPR = CS::TPR, RPB = CS::RPB, RT = 64 / RPB; /* a thread's rows of a tile */
+    const fc_attn &a = p.a;
+    const int c = (threadIdx.x % TPR) * 4, rr = threadIdx.x / TPR;
+    const int tph = Sqp / 64; /* tiles a (batch, head) */
+    const int64_t t0 = (int64_t)blockIdx.x * CV_TILES, t1 = min(t0 + CV_TILES, ntiles);
+    bool counted = true; /* the counters, until one does not come within the bound */
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t bh = t / tph;
+        const int i0 = (int)(t - bh * tph) * 64;
+        const KeyTiles kt = key_tiles<BN>(p.mask, i0, min(i0 + 64, p.Sq) - 1);
+        const int n = (kt.a1 - kt.first) + (kt.b1 - kt.b0);
+        /* one thread polls (with the barrier, the block reads after its acquire) */
+        if (counted && n > 0 && !__syncthreads_or(threadIdx.x == 0 && sem_reached(dQsem + t, n))) {
+            fcc_pdl_wait();
+            counted = false;
+        }
+        if (c >= HD || c >= p.D) continue;
+        float4 x[RT];
+#pragma unroll
+        for (int u = 0; u < RT; ++u) { /* every load issued before any store */
+            const int ir = rr + u * RPB, i = i0 + ir;
+            int64_t se, lo, hi;
+            fc_visible_keys(&p.mask, i, &se, &lo, &hi);
+            x[u] = i < p.Sq && !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
+                       ? __ldcg(reinterpret_cast<const float4 *>(dQacc + t * 64 * HD + dq_piece_off(HD, ir, c)))
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        T *dq = static_cast<T *>(a.dq) + (bh / p.Hq) * a.sdq[0] + (bh % p.Hq) * a.sdq[2];
+#pragma unroll
+        for (int u = 0; u < RT; ++u) {
+            const int i = i0 + rr + u * RPB;
+            if (i < p.Sq) cv_store(p, dq + (int64_t)i * a.sdq[1], c, x[u]);
+        }
+    }
+    if (blockIdx.x == gridDim.x - 1) fcc_pdl_wait();
+}
+
 /* The sequence holding packed query row r: the last b with q_row(b) ≤ r
  * (bisection over cu_q, clamped as fc_attn_seq clamps); −1 before the first. */
 __device__ __forceinline__ int64_t rag_seq_of_row(const fc_attn &a, int64_t r) {
@@ -1603,8 +1681,15 @@ static flashc_status launch(const fcc_attn &p, const Maps &m, const float *Lb, c
     const int64_t cv_rows = rag ? p.a.Tq * p.Hq : (int64_t)p.a.B * p.Hq * p.Sq;
     const int64_t want = (cv_rows + GR - 1) / GR, most = (int64_t)std::max(p.dev.sm_count, 1) * 8;
     const unsigned gc = (unsigned)std::max<int64_t>(want < most ? want : most, 1); /* 8 blocks of 256 an SM, grid-stride past that */
-    if (rag) bwd_dq_convert_rag<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
-    else bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    if (!rag && sp.nsb == 0 && dqm == DQ_ORDERED) { /* right after the dK/dV kernel, its tiles counted */
+        const int64_t nt = (int64_t)p.a.B * p.Hq * (dq.Sqp / 64);
+        FCC_CHECK(fcc_launch(bwd_dq_convert_tiles<T, HD, BN>, (unsigned)((nt + CV_TILES - 1) / CV_TILES), 256, 0, st,
+                             true, p, (const float *)dq.acc, (const int *)dq.sem, dq.Sqp, nt));
+    } else if (rag) {
+        bwd_dq_convert_rag<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    } else {
+        bwd_dq_convert_wgmma<T, HD><<<gc, 256, 0, st>>>(p, dq.acc, dq.Sqp);
+    }
     FCC_CHECK_LAUNCH("bwd_dq_convert_wgmma");
     return FLASHC_OK;
 }
