@@ -594,6 +594,19 @@ def test_backward_split_sink_block(rng, D, det):
                  window=(50, -1), sink_tokens=3, use_sinks=True)
 
 
+# Backward grids of several waves (the Hopper dK/dV kernel's CTAs outnumber
+# the SMs: 512 / 256 CTAs here): in the deterministic mode the dQ convert is
+# launched as its programmatic dependent, starts once the last wave has, and
+# converts each dQ tile once its count of additions is complete
+# (bwd_dq_convert_tiles); no sink tokens, so no Split (which takes the
+# convert after the kernel).
+@pytest.mark.parametrize("D,Hkv,kw", [(64, 16, dict(causal=True)),
+                                      (128, 8, dict(causal=True, window=(200, 0), use_sinks=True))],
+                         ids=["causal-d64", "window-sinks-gqa-d128"])
+def test_backward_several_waves(rng, D, Hkv, kw):
+    _tc_bwd_case(rng, 4, 1024, 1024, 16, Hkv, D, "bfloat16", **dict(kw))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_tc_backward_larger(rng, causal):
     _tc_bwd_case(rng, 1, 1000, 1000, 4, 2, 128, "bfloat16", causal=causal)
