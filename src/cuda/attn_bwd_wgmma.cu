@@ -348,22 +348,27 @@ __host__ __device__ __forceinline__ bool dq_copy_first(int dqm, int order) {
     return dqm == DQ_ORDERED && order != ORD_ROT;
 }
 
-/* Waits until *sem reaches `target` (acquire). Bounded (~1 s): should the
- * blocks it waits on not run in that time (another kernel holding the SMs
- * that long under ORD_DOWN/ROT; a count that never comes cannot happen, see
- * key_block_ordinal), the wait ends instead of hanging the device — under
- * copy_first once the tile's copy is done (count ≥ 1): the sum is still
- * complete, only its order (the last bits) may differ. */
-__device__ __forceinline__ void sem_wait_geq(const int *sem, int target, bool copy_first) {
-    int v = 0;
+/* Polls *sem until it reaches `target` (acquire) for at most ~1 s; whether
+ * it did. The bound keeps a fault (blocks that never run: another kernel
+ * holding the SMs that long) from hanging the device. */
+__device__ __forceinline__ bool sem_reached(const int *sem, int target) {
     for (uint32_t spin = 0; spin < (1u << 22); ++spin) {
+        int v;
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-        if (v >= target) return;
+        if (v >= target) return true;
         __nanosleep(spin < 64 ? 32 : 256);
     }
-    while (copy_first && v < 1) { /* past the bound: never before the tile's copy */
-        __nanosleep(256);
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    return false;
+}
+
+/* Waits until *sem reaches `target` (sem_reached); past its bound (a count
+ * that never comes cannot happen, see key_block_ordinal) the wait ends
+ * instead of hanging — under copy_first once the tile's copy is done
+ * (count ≥ 1): the sum is still complete, only its order (the last bits)
+ * may differ. */
+__device__ __forceinline__ void sem_wait_geq(const int *sem, int target, bool copy_first) {
+    if (sem_reached(sem, target) || !copy_first) return;
+    while (!sem_reached(sem, 1)) { /* past the bound: never before the tile's copy */
     }
 }
 
@@ -508,6 +513,32 @@ __device__ __forceinline__ void dq_order_wait(const int *sem, const DqTurn &t, i
 __device__ __forceinline__ void dq_order_done(int *sem) {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
+}
+
+/* A consumer warpgroup's part of a dQ tile (acc: m64 × 8·NJ columns from
+ * cb on, rows warp·16 + g (+ 8)) into the drain's fp32 buffer at dq (rows of
+ * W columns, dq_col's layout), read next by the bulk reduction (async proxy).
+ * Under KSCRUB a row that sees a key whose K held NaN/Inf gets NaN: what the
+ * unscrubbed products give. */
+template <int W, bool KSCRUB, int NJ>
+__device__ __forceinline__ void st_dq_part(uint32_t dq, const float (&acc)[NJ][4], int cb, int warp, int g, int t4,
+                                           const fc_mask &mask, int i0, int Sq, int n0, const uint32_t (&bad)[4],
+                                           bool anybad) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int r = warp * 16 + g + 8 * hf;
+        const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, Sq), n0, bad)
+                                 ? __int_as_float(0x7fc00000)
+                                 : 0.f;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            const uint32_t addr = dq + (r * W + dq_col(r, cb + 8 * j + 2 * t4, W)) * 4;
+            float x0 = acc[j][2 * hf], x1 = acc[j][2 * hf + 1];
+            if (KSCRUB) x0 += poison, x1 += poison; /* x + 0.f is not folded: no add without SCRUB */
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0), "f"(x1) : "memory");
+        }
+    }
+    fence_proxy_async_smem();
 }
 
 template <typename T, class K, int V, bool SCRUB, bool RAG = false>
@@ -774,25 +805,8 @@ __global__ void __launch_bounds__(384, 1)
                     wg_wait<1>(); /* dQ landed; [dV, dK](it) in flight */
                     acc_fence(acc_dq);
                     rdq.wait_empty(it); /* the drain of tile it − NDQ is done */
-                    const uint32_t dq = sdQ + (it % NDQ) * K::DQ_BYTES;
-                    const int cb = cw * (HD / 2);
-#pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        const int r = warp * 16 + g + 8 * hf;
-                        /* a row that sees a key whose K held NaN/Inf: dQ = NaN */
-                        const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, Sq), n0, bad)
-                                                 ? __int_as_float(0x7fc00000)
-                                                 : 0.f;
-#pragma unroll
-                        for (int j = 0; j < HD / 16; ++j) {
-                            const uint32_t addr = dq + (r * HD + dq_col(r, cb + 8 * j + 2 * t4, HD)) * 4;
-                            float x0 = acc_dq[j][2 * hf], x1 = acc_dq[j][2 * hf + 1];
-                            if (KSCRUB) x0 += poison, x1 += poison; /* x + 0.f is not folded: no add without SCRUB */
-                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0), "f"(x1)
-                                         : "memory");
-                        }
-                    }
-                    fence_proxy_async_smem(); /* read by the bulk reduction (async proxy) */
+                    st_dq_part<HD, KSCRUB>(sdQ + (it % NDQ) * K::DQ_BYTES, acc_dq, cw * (HD / 2), warp, g, t4, mask, i0,
+                                           Sq, n0, bad, anybad);
                 }
                 mbar_arrive(rdq.full + 8 * (it % NDQ));
                 wg_wait<0>();
@@ -1146,23 +1160,8 @@ __global__ void __launch_bounds__(384, 1)
         /* One dQ piece (W columns of the tile's rows) to this warpgroup's
          * buffer, use u; rows that see a scrubbed key: NaN. */
         auto put_dq = [&](const auto &acc_dq, int u, int i0, auto width) {
-            constexpr int W = decltype(width)::value;
             rdq.wait_empty(u);
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = warp * 16 + g + 8 * hf;
-                const float poison = KSCRUB && anybad && sees_bad_key(vis_of(mask, i0 + r, Sq), n0, bad)
-                                         ? __int_as_float(0x7fc00000)
-                                         : 0.f;
-#pragma unroll
-                for (int j = 0; j < W / 8; ++j) {
-                    const uint32_t addr = dqbuf + (r * W + dq_col(r, 8 * j + 2 * t4, W)) * 4;
-                    float x0 = acc_dq[j][2 * hf], x1 = acc_dq[j][2 * hf + 1];
-                    if (KSCRUB) x0 += poison, x1 += poison; /* x + 0.f is not folded: no add without SCRUB */
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0), "f"(x1) : "memory");
-                }
-            }
-            fence_proxy_async_smem();
+            st_dq_part<decltype(width)::value, KSCRUB>(dqbuf, acc_dq, 0, warp, g, t4, mask, i0, Sq, n0, bad, anybad);
             mbar_arrive(rdq.full);
         };
         /* dQ piece r = dS·K[:, piece r] (both operands transposed). */
@@ -1373,11 +1372,27 @@ __device__ __forceinline__ void cv_store(const fcc_attn &p, T *r, int c, const f
         uint2 w;
         w.x = Ops<T>::pack(x.x * p.scale, x.y * p.scale);
         w.y = Ops<T>::pack(x.z * p.scale, x.w * p.scale);
-        *reinterpret_cast<uint2 *>(r + c) = w;
+        __stcs(reinterpret_cast<uint2 *>(r + c), w);
     } else {
         store_pair(r, c, p.D, x.x * p.scale, x.y * p.scale, p.out_pairs);
         store_pair(r, c + 2, p.D, x.z * p.scale, x.w * p.scale, p.out_pairs);
     }
+}
+/* Row i's four fp32 dQ values from column c of its 64-row tile at `tile`
+ * (dq_piece_off's layout), or 0 where !ok or the row sees no key under m
+ * (keys < Sk): such a row's tile rows were never written. Visibility is
+ * checked under a zeroed buffer too (rotated order, unordered mode): one
+ * code path, and no load for a row that sees nothing. Loaded and stored
+ * (cv_store) with the evict-first hint: each value is read once, and under
+ * the dK/dV kernel's last wave (bwd_dq_convert_tiles) its lines should not
+ * push out the K/V and Q/dO tiles that wave reuses. */
+template <int HD>
+__device__ __forceinline__ float4 cv_row(const fc_mask &m, int64_t Sk, const float *tile, int64_t i, int c, bool ok) {
+    int64_t se, lo, hi;
+    fc_visible_keys(&m, i, &se, &lo, &hi);
+    return ok && !fc_tile_empty(se, lo, hi, 0, Sk)
+               ? __ldcs(reinterpret_cast<const float4 *>(tile + dq_piece_off(HD, (int)(i & 63), c)))
+               : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 template <typename T, int HD>
 __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constant__ fcc_attn p, const float *dQacc,
@@ -1407,16 +1422,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
                 }
             }
             is[u] = i, bhs[u] = bh;
-            const int ir = i & 63;
-            int64_t se, lo, hi;
-            fc_visible_keys(&p.mask, i, &se, &lo, &hi);
-            /* Visibility is checked under a zeroed buffer too (rotated order,
-             * unordered mode): one code path, and no load for a row that sees
-             * nothing. */
-            x[u] = row < nrows && !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
-                       ? __ldg(reinterpret_cast<const float4 *>(dQacc + (bh * Sqp + (i - ir)) * HD +
-                                                                dq_piece_off(HD, ir, c)))
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+            x[u] = cv_row<HD>(p.mask, p.Sk, dQacc + (bh * Sqp + (i - (i & 63))) * HD, i, c, row < nrows);
         }
 #pragma unroll
         for (int u = 0; u < CV_ROWS; ++u) {
@@ -1453,17 +1459,12 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_wgmma(const __grid_constan
  * GPT-OSS-like row +3 %, dense and GQA 8k causal ±0.5 %, W = 4096 −0.9 %
  * (its dK/dV kernel's long last wave shares L2 with the whole convert). */
 constexpr int CV_TILES = 4;
-__device__ __forceinline__ bool sem_reached(const int *sem, int n) {
-    for (uint32_t spin = 0; spin < (1u << 21); ++spin) {
-        int v;
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-        if (v >= n) {
-            asm volatile("fence.proxy.async.global;\n" ::: "memory"); /* the bulk adds' writes, for generic loads */
-            return true;
-        }
-        __nanosleep(spin < 16 ? 64 : 512);
-    }
-    return false;
+/* sem_reached, then the bulk adds' writes (async proxy) ordered before the
+ * block's generic loads (the barrier after it orders the other threads'). */
+__device__ __forceinline__ bool sem_reached_async(const int *sem, int n) {
+    if (!sem_reached(sem, n)) return false;
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    return true;
 }
 template <typename T, int HD, int BN>
 __global__ void __launch_bounds__(256) bwd_dq_convert_tiles(const __grid_constant__ fcc_attn p, const float *dQacc,
@@ -1481,7 +1482,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_tiles(const __grid_constan
         const KeyTiles kt = key_tiles<BN>(p.mask, i0, min(i0 + 64, p.Sq) - 1);
         const int n = (kt.a1 - kt.first) + (kt.b1 - kt.b0);
         /* one thread polls (with the barrier, the block reads after its acquire) */
-        if (counted && n > 0 && !__syncthreads_or(threadIdx.x == 0 && sem_reached(dQsem + t, n))) {
+        if (counted && n > 0 && !__syncthreads_or(threadIdx.x == 0 && sem_reached_async(dQsem + t, n))) {
             fcc_pdl_wait();
             counted = false;
         }
@@ -1489,12 +1490,8 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_tiles(const __grid_constan
         float4 x[RT];
 #pragma unroll
         for (int u = 0; u < RT; ++u) { /* every load issued before any store */
-            const int ir = rr + u * RPB, i = i0 + ir;
-            int64_t se, lo, hi;
-            fc_visible_keys(&p.mask, i, &se, &lo, &hi);
-            x[u] = i < p.Sq && !fc_tile_empty(se, lo, hi, 0, p.Sk) /* the row sees some key */
-                       ? __ldcg(reinterpret_cast<const float4 *>(dQacc + t * 64 * HD + dq_piece_off(HD, ir, c)))
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+            const int i = i0 + rr + u * RPB;
+            x[u] = cv_row<HD>(p.mask, p.Sk, dQacc + t * 64 * HD, i, c, i < p.Sq);
         }
         T *dq = static_cast<T *>(a.dq) + (bh / p.Hq) * a.sdq[0] + (bh % p.Hq) * a.sdq[2];
 #pragma unroll
@@ -1547,13 +1544,8 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_rag(const __grid_constant_
             const int64_t i = r - s.q_row;
             if (i >= s.Sq) continue;
             out[u] = static_cast<T *>(a.dq) + fc_attn_row_offset(&s, a.sdq, i, h);
-            const fc_mask m = fc_seq_mask(&a, &s);
-            int64_t se, lo, hi;
-            fc_visible_keys(&m, i, &se, &lo, &hi);
-            if (!fc_tile_empty(se, lo, hi, 0, s.Sk)) { /* the row sees some key: its tile was written */
-                const int64_t tile = h * (Sqp / 64) + s.q_row / 64 + b + i / 64;
-                x[u] = __ldg(reinterpret_cast<const float4 *>(dQacc + tile * 64 * HD + dq_piece_off(HD, (int)(i & 63), c)));
-            }
+            const int64_t tile = h * (Sqp / 64) + s.q_row / 64 + b + i / 64;
+            x[u] = cv_row<HD>(fc_seq_mask(&a, &s), s.Sk, dQacc + tile * 64 * HD, i, c, true);
         }
 #pragma unroll
         for (int u = 0; u < CV_ROWS; ++u)
