@@ -21,7 +21,14 @@
  *   no zero stride on an axis of extent > 1, and, with the axes of extent
  *   > 1 sorted by |stride|, each |stride| must exceed the reach
  *   Σ (extent − 1)·|stride| of the smaller ones (every dense, transposed,
- *   sliced or flipped view passes).
+ *   sliced or flipped view passes). The outputs of an attention call (o,
+ *   lse; dq, dk, dv, dsinks) must not share memory with each other or with
+ *   the call's inputs (q, k, v, dout, o, lse, the caches and appended rows,
+ *   sinks, alibi_slopes) — FLASHC_ERR_INVALID_ARGUMENT naming the pair.
+ *   Slices of one buffer that share no element pass (q, k, v, o packed as
+ *   [B, S, 4, H, D]): tensors of one ndim and element size whose strides
+ *   agree axis by axis are told apart exactly; other layouts whose byte
+ *   ranges meet count as overlapping.
  * - Shapes and strides are int64. Sizes whose element count or byte offsets
  *   overflow int64 are rejected with FLASHC_ERR_OVERFLOW. A tensor with a
  *   zero extent is empty: its other extents, strides and data pointer (NULL

@@ -257,6 +257,30 @@ flashc_status fc_attn_run(int backend, int bwd, const fc_attn *a) {
     return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
 }
 
+/* No output of a call shares memory with another tensor of it
+ * (fc_check_disjoint): o, lse against q, k, v (or the cache's k, v and the
+ * appended rows), the sink logits and the ALiBi slopes. */
+flashc_status fc_attn_check_disjoint_fwd(const flashc_tensor *o, const flashc_tensor *lse, const flashc_tensor *q,
+                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *k_new,
+                                         const flashc_tensor *v_new, int cache, const flashc_attn_params *p) {
+    const flashc_tensor *const t[] = {o, lse, q, k, v, k_new, v_new, p->sinks, p->alibi_slopes};
+    static const char *const names[2][9] = {{"o", "lse", "q", "k", "v", "k_new", "v_new", "sinks", "alibi_slopes"},
+                                            {"o", "lse", "q", "k_cache", "v_cache", "k_new", "v_new", "sinks",
+                                             "alibi_slopes"}};
+    return fc_check_disjoint(t, names[cache != 0], 9, 2);
+}
+
+/* dq, dk, dv and the sink logits' gradient against each other and every input. */
+flashc_status fc_attn_check_disjoint_bwd(const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv,
+                                         const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
+                                         const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_attn_params *p) {
+    const flashc_tensor *const t[] = {dq, dk, dv, p->dsinks, dout, q, k, v, o, lse, p->sinks, p->alibi_slopes};
+    static const char *const names[] = {"dq", "dk", "dv", "dsinks", "dout", "q", "k", "v", "o", "lse", "sinks",
+                                        "alibi_slopes"};
+    return fc_check_disjoint(t, names, 12, 4);
+}
+
 /* q, k, v, o as float tensors of ndim dims sharing one dtype (→ a->dtype). */
 flashc_status fc_attn_check_qkvo(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
                                  const flashc_tensor *o, int ndim, int o_is_output, fc_attn *a) {
@@ -308,6 +332,7 @@ FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_te
         const int64_t want[3] = {a.B, a.Hq, a.Sq};
         FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 1));
     }
+    FC_TRY(fc_attn_check_disjoint_fwd(o, lse, q, k, v, NULL, NULL, 0, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     FC_PROF_MARK(fc_prof_marks, 2);
@@ -328,6 +353,7 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     const int64_t want[3] = {a.B, a.Hq, a.Sq};
     FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 0));
     FC_TRY(fc_attn_grads(&a, &p, dout, q, k, v, dq, dk, dv, dsinks, 1, FC_AXES4));
+    FC_TRY(fc_attn_check_disjoint_bwd(dq, dk, dv, dout, q, k, v, o, lse, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     return fc_attn_run(backend, 1, &a);

@@ -28,6 +28,11 @@ flashc_status fc_check_float_tensor(const flashc_tensor *t, const char *name, in
 /* fc_check_tensor, and dtype I32: the index tensors (cu_seqlens, cache_seqlens, …). */
 flashc_status fc_check_index_tensor(const flashc_tensor *t, const char *name, int ndim);
 int64_t fc_numel(const flashc_tensor *t); /* after fc_check_tensor */
+/* Tensors t[0..n) (validated; NULL skipped), the first nout of them written:
+ * FLASHC_ERR_INVALID_ARGUMENT naming the pair where an output shares an
+ * element with another tensor of the call (tensor.c: exact for the packed
+ * layouts of one buffer, conservative otherwise). */
+flashc_status fc_check_disjoint(const flashc_tensor *const *t, const char *const *names, int n, int nout);
 /* "F32", "F16", "BF16", "F64", "I32" ("unknown" otherwise): messages name dtypes, never codes. */
 const char *fc_dtype_name(int dtype);
 /* FLASHC_ERR_INVALID_ARGUMENT naming the first FLASHC_* knob set to a value it
@@ -63,6 +68,14 @@ extern const char *const FC_AXES3[3]; /* T, H, D (packed) */
 
 /* q, k, v, o: float tensors of ndim dims (o an output when o_is_output)
  * sharing one dtype, which goes to a->dtype. */
+/* attention.c: no output shares memory with another tensor of the call. */
+flashc_status fc_attn_check_disjoint_fwd(const flashc_tensor *o, const flashc_tensor *lse, const flashc_tensor *q,
+                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *k_new,
+                                         const flashc_tensor *v_new, int cache, const flashc_attn_params *p);
+flashc_status fc_attn_check_disjoint_bwd(const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv,
+                                         const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
+                                         const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_attn_params *p);
 flashc_status fc_attn_check_qkvo(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
                                  const flashc_tensor *o, int ndim, int o_is_output, fc_attn *a);
 /* params (NULL = defaults) → *p, checking struct_size (FLASHC_ERR_PARAMS_SIZE). */

@@ -110,3 +110,101 @@ int64_t fc_numel(const flashc_tensor *t) {
     for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
     return n;
 }
+
+/* ------------------------------------------------ outputs that share memory
+ * Do two validated tensors reach a common element? Byte ranges that do not
+ * meet: no. Otherwise exact where both have the same ndim and element size
+ * and, axis by axis, the same stride (an axis of extent 1 takes the other's
+ * stride; a zero stride adds nothing): element i of a and j of b meet iff
+ * b0 − a0 = Σ (i_k − j_k)·s_k, a bounded search over the axes from the
+ * largest stride down (≤ 3 candidates a level for the nested strides of an
+ * output). That tells packed layouts — q, k, v and o as slices of one
+ * buffer — from aliasing. Anything else with meeting byte ranges (strides
+ * that differ, a search past its budget) counts as overlap. */
+static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+    const int64_t q = a / b;
+    return q - (a % b != 0 && a < 0);
+}
+
+typedef struct ov_axis {
+    int64_t s, na, nb; /* |stride| (elements), extents in a and b */
+} ov_axis;
+
+static int ov_search(const ov_axis *ax, int n, const int64_t *hi_rem, const int64_t *lo_rem, int k, int64_t delta,
+                     int *budget) {
+    if (k == n) return delta == 0;
+    if (--*budget < 0) return 1;
+    const int64_t s = ax[k].s;
+    /* d·s ∈ [delta − hi_rem[k], delta − lo_rem[k]], d ∈ [−(nb − 1), na − 1] */
+    int64_t d0 = -floor_div(-(delta - hi_rem[k]), s), d1 = floor_div(delta - lo_rem[k], s);
+    if (d0 < -(ax[k].nb - 1)) d0 = -(ax[k].nb - 1);
+    if (d1 > ax[k].na - 1) d1 = ax[k].na - 1;
+    for (int64_t d = d0; d <= d1; ++d)
+        if (ov_search(ax, n, hi_rem, lo_rem, k + 1, delta - d * s, budget)) return 1;
+    return 0;
+}
+
+static void byte_range(const flashc_tensor *t, intptr_t *lo, intptr_t *hi) {
+    const int64_t isz = (int64_t)flashc_dtype_size(t->dtype);
+    int64_t neg = 0, pos = 0; /* fit: fc_check_tensor bounded the span */
+    for (int i = 0; i < t->ndim; ++i) {
+        const int64_t r = (t->shape[i] - 1) * t->strides[i];
+        if (r < 0) neg += r;
+        else pos += r;
+    }
+    *lo = (intptr_t)t->data + (intptr_t)(neg * isz);
+    *hi = (intptr_t)t->data + (intptr_t)((pos + 1) * isz);
+}
+
+static int tensors_overlap(const flashc_tensor *a, const flashc_tensor *b) {
+    if (fc_numel(a) == 0 || fc_numel(b) == 0) return 0;
+    intptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    if (ahi <= blo || bhi <= alo) return 0;
+    const int64_t isz = (int64_t)flashc_dtype_size(a->dtype);
+    if (a->ndim != b->ndim || isz != (int64_t)flashc_dtype_size(b->dtype)) return 1;
+    ov_axis ax[FLASHC_MAX_DIMS];
+    int n = 0;
+    intptr_t a0 = (intptr_t)a->data, b0 = (intptr_t)b->data; /* then: the lowest element of each */
+    for (int i = 0; i < a->ndim; ++i) {
+        const int64_t ea = a->shape[i], eb = b->shape[i];
+        int64_t sa = a->strides[i], sb = b->strides[i];
+        if (ea == 1) sa = sb;
+        if (eb == 1) sb = sa;
+        if (sa != sb) return 1;
+        if (sa == 0 || (ea == 1 && eb == 1)) continue;
+        if (sa < 0) {
+            a0 += (intptr_t)((ea - 1) * sa * isz);
+            b0 += (intptr_t)((eb - 1) * sb * isz);
+            sa = -sa;
+        }
+        int k = n++; /* insertion sort, largest stride first */
+        for (; k > 0 && ax[k - 1].s < sa; --k) ax[k] = ax[k - 1];
+        ax[k] = (ov_axis){sa, ea, eb};
+    }
+    const int64_t delta = (int64_t)(b0 - a0);
+    if (delta % isz != 0) return 1;
+    int64_t hi_rem[FLASHC_MAX_DIMS + 1], lo_rem[FLASHC_MAX_DIMS + 1]; /* reach of the axes after k */
+    hi_rem[n] = lo_rem[n] = 0;
+    for (int k = n - 1; k >= 0; --k) {
+        hi_rem[k] = hi_rem[k + 1] + (ax[k].na - 1) * ax[k].s;
+        lo_rem[k] = lo_rem[k + 1] - (ax[k].nb - 1) * ax[k].s;
+    }
+    /* ov_search reads hi_rem[k + 1] as the reach below level k: shift by one */
+    int budget = 1 << 14;
+    return ov_search(ax, n, hi_rem + 1, lo_rem + 1, 0, delta / isz, &budget);
+}
+
+flashc_status fc_check_disjoint(const flashc_tensor *const *t, const char *const *names, int n, int nout) {
+    for (int i = 0; i < nout; ++i) {
+        if (!t[i]) continue;
+        for (int j = 0; j < n; ++j) {
+            if (j == i || !t[j] || (j < nout && j < i)) continue; /* each pair of outputs once */
+            FC_RETURN_IF(tensors_overlap(t[i], t[j]), FLASHC_ERR_INVALID_ARGUMENT,
+                         "%s and %s share memory: an output must not overlap an input or another output", names[i],
+                         names[j]);
+        }
+    }
+    return FLASHC_OK;
+}

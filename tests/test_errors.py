@@ -453,6 +453,67 @@ def test_sink_tokens_not_int():
            match="sink_tokens")
 
 
+@pytest.mark.parametrize("kw", [dict(window=(2 ** 64 + 1, 0)), dict(window=(-1, 2 ** 64)),
+                                dict(window=(2 ** 63, 0)), dict(window=(-(2 ** 63) - 1, 0)),
+                                dict(causal=True, window=(0, 0), sink_tokens=2 ** 64 + 3)])
+def test_integers_past_int64_are_errors(kw):
+    # ctypes would wrap them modulo 2^64 into a different, valid-looking mask.
+    q, k, v = qkv()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, match="does not fit int64", **kw)
+
+
+def test_max_seqlen_past_int64_is_an_error():
+    q, k, v = qkv(B=1)
+    cu = np.array([0, 4], np.int32)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_varlen, q[0], k[0, :4], v[0, :4], cu, cu,
+           max_seqlen_q=2 ** 64 + 2, match="does not fit int64")
+
+
+def test_outputs_sharing_memory_are_errors():
+    # An output aliasing an input (or another output) would be read after
+    # it is written: a clear error, never a silently wrong result.
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 40, 2, 8)).astype(np.float32) for _ in range(3))
+    for name in ("q", "k", "v"):
+        a = dict(q=q.copy(), k=k.copy(), v=v.copy())
+        expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, a["q"], a["k"], a["v"], out=a[name],
+               match="o and %s share memory" % name)
+    b = q.copy()  # an overlapping shifted view, and a flipped one
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, b[:, :39], k[:, :39], v[:, :39], out=b[:, 1:],
+           match="share memory")
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, b, k, v, out=b[:, ::-1], match="share memory")
+    o, lse = flashc.attention(q, k, v, causal=True, return_lse=True)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    z = np.zeros_like
+    d = z(k)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, do, q, k, v, o, lse, causal=True,
+           out=(z(q), d, d), match="dk and dv share memory")
+    a = do.copy()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, a, q, k, v, o, lse, causal=True,
+           out=(a, z(k), z(v)), match="dq and dout share memory")
+    a = k.copy()
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_backward, do, q, a, v, o, lse, causal=True,
+           out=(z(q), a, z(v)), match="dk and k share memory")
+    # the KV cache: o must not be the cache
+    kc, vc = (rng.standard_normal((1, 64, 2, 8)).astype(np.float32) for _ in range(2))
+    lens = np.array([40], np.int32)
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_with_kvcache, q[:, :1], kc, vc,
+           cache_seqlens=lens, out=kc[:, :1], match="o and k_cache share memory")
+
+
+def test_packed_buffer_slices_are_not_overlap():
+    # q, k, v, o as slices of one [B, S, 4, H, D] buffer share no element.
+    rng = np.random.default_rng(4)
+    buf = rng.standard_normal((2, 30, 4, 3, 8)).astype(np.float32)
+    q, k, v, o = (buf[:, :, i] for i in range(4))
+    ref = flashc.attention(q.copy(), k.copy(), v.copy(), causal=True)
+    res = flashc.attention(q, k, v, causal=True, out=o)
+    assert np.shares_memory(res, buf) and np.array_equal(res, ref)
+    half = rng.standard_normal((2, 30, 6, 8)).astype(np.float32)  # q heads 0..2, o heads 3..5
+    ref = flashc.attention(half[:, :, :3].copy(), k.copy(), v.copy())
+    assert np.array_equal(flashc.attention(half[:, :, :3], k, v, out=half[:, :, 3:]), ref)
+
+
 def test_causal_with_window_right():
     q, k, v = qkv()
     expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention, q, k, v, causal=True, window=(4, 2))

@@ -573,6 +573,14 @@ def test_masked_keys_robust(backend, rng, monkeypatch, request, name, mods, dtyp
     op, lsep = flashc.attention(q, kp, vp, return_lse=True, backend=backend, **kw)
     assert op[:, clean_rows].tobytes() == o[:, clean_rows].tobytes(), "o changed"
     assert lsep[:, :, clean_rows].tobytes() == lse[:, :, clean_rows].tobytes(), "lse changed"
+    # ... and a row that sees a bad key or value is not finite (flashc.h: no
+    # path may drop a NaN score as a masked one, or read a bad value as 0).
+    f64 = np.float64
+    seeing = ~clean_rows
+    assert not np.isfinite(np.asarray(op, f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad key is finite"
+    ov = flashc.attention(q, k, vp, backend=backend, **kw)
+    assert ov[:, clean_rows].tobytes() == o[:, clean_rows].tobytes(), "o changed (bad values only)"
+    assert not np.isfinite(np.asarray(ov, f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad value is finite"
     if backend != "cpu":
         return  # the CUDA backward's robustness is in test_cuda.py
     do = rng.standard_normal(q.shape).astype(q.dtype)
@@ -583,6 +591,12 @@ def test_masked_keys_robust(backend, rng, monkeypatch, request, name, mods, dtyp
     assert gp[2][:, ~bad].tobytes() == g[2][:, ~bad].tobytes(), "dv of clean keys changed"
     if use_sinks:
         assert gp[3].tobytes() == g[3].tobytes(), "dsinks changed"
+    # The rows that see a bad key, and the bad keys some row sees, get
+    # non-finite gradients.
+    assert not np.isfinite(np.asarray(gp[0], f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad key has finite dq"
+    seen = bad & vis.any(axis=0)
+    for what, a in (("dk", gp[1]), ("dv", gp[2])):
+        assert not np.isfinite(np.asarray(a, f64)[:, seen]).all(axis=-1).any(), "a seen bad key has finite " + what
     # Keys no row sees get exactly zero gradients.
     unseen = ~vis.any(axis=0)
     for what, a in (("dk", gp[1]), ("dv", gp[2])):

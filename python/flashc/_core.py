@@ -563,11 +563,16 @@ def _torch_to(t, dtype_name, name):
 # --------------------------------------------------------------- attention
 
 def _int_arg(x, what):
-    """An int (or NumPy integer); a float, bool or string is FlashcError
-    (FLASHC_ERR_INVALID_ARGUMENT, a ValueError), like every other bad value."""
+    """An int (or NumPy integer) that fits int64 (the ABI's fields; ctypes
+    would wrap a larger one silently); a float, bool or string, or a value
+    outside int64, is FlashcError (FLASHC_ERR_INVALID_ARGUMENT, a
+    ValueError), like every other bad value."""
     if isinstance(x, bool) or not hasattr(x, "__index__"):
         _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s must be an integer, got %r" % (what, x))
-    return int(x.__index__())
+    v = int(x.__index__())
+    if not -(1 << 63) <= v < (1 << 63):
+        _fail(_lib.FLASHC_ERR_INVALID_ARGUMENT, "%s=%d does not fit int64" % (what, v))
+    return v
 
 
 def _window_pair(window):

@@ -113,10 +113,11 @@ FC_SI fc_vf fc_vf_pow2i(fc_vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
 
-/* 2^x for x ≤ 127 (−inf and NaN → 0): x = n + f, |f| ≤ 1/2, 2^f = 1 + f·P(f),
+/* 2^x for x ≤ 127 (−inf → 0; NaN stays NaN, so that a score a row sees as
+ * NaN makes its results NaN, flashc.h): x = n + f, |f| ≤ 1/2, 2^f = 1 + f·P(f),
  * 2^n by fc_vf_pow2i, where any x < −126.5 gives n = −127: +0. */
 FC_SI fc_vf fc_vf_exp2(fc_vf x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x); /* NaN: the second operand */
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
     return _mm256_mul_ps(_mm256_fmadd_ps(fc_vf_exp2_taylor(f), f, _mm256_set1_ps(1.0f)), fc_vf_pow2i(n));

@@ -99,10 +99,11 @@ FC_SI fc_vf fc_vf_exp2_taylor(fc_vf f) {
     return _mm512_fmadd_ps(p, f, _mm512_set1_ps(FC_LN2_F));
 }
 
-/* 2^x (−inf and NaN → 0): x = n + f, |f| ≤ 1/2, 2^f = 1 + f·P(f), 2^n
+/* 2^x (−inf → 0; NaN stays NaN, so that a score a row sees as NaN makes
+ * its results NaN, flashc.h): x = n + f, |f| ≤ 1/2, 2^f = 1 + f·P(f), 2^n
  * applied by vscalefps, which flushes to exactly 0 below the denormal range. */
 FC_SI fc_vf fc_vf_exp2(fc_vf x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+    x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x); /* NaN: the second operand */
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
     return _mm512_scalef_ps(_mm512_fmadd_ps(fc_vf_exp2_taylor(f), f, _mm512_set1_ps(1.0f)), n);
