@@ -301,7 +301,7 @@ static void check_weighted_sum_values(void) {
 static void check_error_paths(void) {
     float buf[4096];
     flashc_tensor q = t4(buf, FLASHC_F32, 1, 4, 12, 8), k = t4(buf, FLASHC_F32, 1, 4, 5, 8);
-    flashc_tensor v = k, o = q;
+    flashc_tensor v = k, o = t4(buf + 2048, FLASHC_F32, 1, 4, 12, 8); /* an output shares no memory */
     flashc_attn_params p = flashc_attn_params_default();
 
     EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, NULL), FLASHC_ERR_SHAPE,
@@ -376,7 +376,7 @@ static void check_error_paths(void) {
     EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, NULL, &p), FLASHC_ERR_INVALID_ARGUMENT, "backend=7");
 
     const int64_t lshape[3] = {1, 12, 5};
-    flashc_tensor lse = t_nd(buf, FLASHC_F32, 3, lshape);
+    flashc_tensor lse = t_nd(buf + 3072, FLASHC_F32, 3, lshape);
     EXPECT_ERR(flashc_attn_fwd(&q, &k, &v, &o, &lse, NULL), FLASHC_ERR_SHAPE, "lse.shape[2]=5");
     lse.shape[2] = 4;
     lse.dtype = FLASHC_F64;
