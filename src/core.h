@@ -66,8 +66,6 @@ flashc_status fc_cuda_status(const fc_cuda_module *m, flashc_status s);
 extern const char *const FC_AXES4[4]; /* B, S, H, D */
 extern const char *const FC_AXES3[3]; /* T, H, D (packed) */
 
-/* q, k, v, o: float tensors of ndim dims (o an output when o_is_output)
- * sharing one dtype, which goes to a->dtype. */
 /* attention.c: no output shares memory with another tensor of the call. */
 flashc_status fc_attn_check_disjoint_fwd(const flashc_tensor *o, const flashc_tensor *lse, const flashc_tensor *q,
                                          const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *k_new,
@@ -76,6 +74,8 @@ flashc_status fc_attn_check_disjoint_bwd(const flashc_tensor *dq, const flashc_t
                                          const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
                                          const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
                                          const flashc_attn_params *p);
+/* q, k, v, o: float tensors of ndim dims (o an output when o_is_output)
+ * sharing one dtype, which goes to a->dtype. */
 flashc_status fc_attn_check_qkvo(const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
                                  const flashc_tensor *o, int ndim, int o_is_output, fc_attn *a);
 /* params (NULL = defaults) → *p, checking struct_size (FLASHC_ERR_PARAMS_SIZE). */

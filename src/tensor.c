@@ -156,12 +156,8 @@ static void byte_range(const flashc_tensor *t, intptr_t *lo, intptr_t *hi) {
     *hi = (intptr_t)t->data + (intptr_t)((pos + 1) * isz);
 }
 
+/* a and b (non-empty) whose byte ranges meet: do they share an element? */
 static int tensors_overlap(const flashc_tensor *a, const flashc_tensor *b) {
-    if (fc_numel(a) == 0 || fc_numel(b) == 0) return 0;
-    intptr_t alo, ahi, blo, bhi;
-    byte_range(a, &alo, &ahi);
-    byte_range(b, &blo, &bhi);
-    if (ahi <= blo || bhi <= alo) return 0;
     const int64_t isz = (int64_t)flashc_dtype_size(a->dtype);
     if (a->ndim != b->ndim || isz != (int64_t)flashc_dtype_size(b->dtype)) return 1;
     ov_axis ax[FLASHC_MAX_DIMS];
@@ -197,10 +193,17 @@ static int tensors_overlap(const flashc_tensor *a, const flashc_tensor *b) {
 }
 
 flashc_status fc_check_disjoint(const flashc_tensor *const *t, const char *const *names, int n, int nout) {
+    enum { MAXT = 16 };
+    FC_RETURN_IF(n > MAXT, FLASHC_ERR_INTERNAL, "fc_check_disjoint: %d tensors, at most %d", n, (int)MAXT);
+    intptr_t lo[MAXT], hi[MAXT]; /* each tensor's byte range once; absent or empty: [0, 0), meets nothing */
+    for (int i = 0; i < n; ++i) {
+        lo[i] = hi[i] = 0;
+        if (t[i] && fc_numel(t[i]) > 0) byte_range(t[i], &lo[i], &hi[i]);
+    }
     for (int i = 0; i < nout; ++i) {
-        if (!t[i]) continue;
         for (int j = 0; j < n; ++j) {
-            if (j == i || !t[j] || (j < nout && j < i)) continue; /* each pair of outputs once */
+            if (j == i || (j < nout && j < i)) continue; /* each pair of outputs once */
+            if (hi[i] <= lo[j] || hi[j] <= lo[i]) continue;
             FC_RETURN_IF(tensors_overlap(t[i], t[j]), FLASHC_ERR_INVALID_ARGUMENT,
                          "%s and %s share memory: an output must not overlap an input or another output", names[i],
                          names[j]);
