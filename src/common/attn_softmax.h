@@ -11,8 +11,9 @@
  * computed without overflow. No visible key: factor = 0, L = s (or −inf
  * without a sink), never NaN. A row that saw a NaN score (M or l NaN: a NaN
  * or infinite key it sees) ends with factor = L = NaN, flashc.h's
- * "non-finite results" — not as an empty row (the double flavour, which the
- * CPU paths use; see the fp32 one).
+ * "non-finite results" — not as an empty row (both flavours: the double one
+ * of the CPU paths and the CUDA generic F64 kernel, the fp32 one of the
+ * CUDA kernels).
  *
  * Backward: d s_h = Σ_{b,i} fc_dsink_term(s_h, L_i, Δ_i) with
  * Δ_i = Σ_d dO_id·O_id; each term is −e^{s − L_i}·Δ_i.
@@ -49,10 +50,10 @@ static inline FC_HOST_DEVICE void fc_row_finish(double M, double l, int has_sink
 /* fp32 flavour (device kernels): same rules, fp32 arithmetic. */
 static inline FC_HOST_DEVICE void fc_row_finishf(float M, float l, int has_sink, float s, float *factor,
                                                  float *lse) {
-    /* (A NaN l or M is not singled out here yet: the CUDA kernels that use
-     * this flavour end such a row with factor 0 and L = −inf or s, and O is
-     * NaN from its accumulator or their own bad-row flag. The next change of
-     * this flavour is one to run on the GPU.) */
+    if (l != l || M != M) { /* the row saw a NaN score (l = NaN where every score it saw was) */
+        *factor = *lse = NAN;
+        return;
+    }
     if (!(l > 0.0f) || M == -INFINITY) {
         *factor = 0.0f;
         *lse = has_sink ? s : -INFINITY;

@@ -350,6 +350,10 @@ template <typename T, class K, bool MOD> struct DecWarp {
                 rf[lr] = f;
                 if (a.lse) static_cast<float *>(a.lse)[fc_attn_lse_offset(&seq, a.slse, h, i)] = L;
             } else {
+                /* A row whose every score in this split was NaN keeps M = −inf (fmaxf
+                 * drops NaN) with ℓ = NaN: stored as M = NaN, not as an empty
+                 * partial, so that the combine does not drop it. */
+                if (l != l) M = NAN;
                 const int64_t P = part_index(da, b, hk, p.Hkv, split, r);
                 da.part_ml[2 * P] = M;
                 da.part_ml[2 * P + 1] = l;

@@ -65,9 +65,11 @@ __device__ __forceinline__ void fcc_fwd_softmax_row(const A (&x)[RN], A &m, A &l
     const A NEG_INF = fcc_neg_inf<A>();
     A mt = NEG_INF;
 #pragma unroll
-    for (int c = 0; c < RN; ++c) mt = fmax(mt, x[c]);
+    for (int c = 0; c < RN; ++c) mt = fcc_max_nan(mt, x[c]);
     mt = fcc_row_max16(mt);
-    const A mn = fmax(m, mt);
+    /* A NaN score makes the tile's max NaN, and from it every P and α: l, O
+     * and the running max of the row stay NaN (so does L: fc_row_finish). */
+    const A mn = fcc_max_nan(m, mt);
     A alpha = A(1), rs = A(0);
     if (mn != NEG_INF) {
         alpha = fcc_exp(m - mn); /* 0 when m was −inf */
