@@ -1210,6 +1210,11 @@ def test_score_mods_masked_keys_robust(rng, monkeypatch, shape, kernel, mods, dt
     ov = flashc.attention(D_(q), D_(k), D_(vp), **dkw).numpy()
     assert ov[:, clean].tobytes() == on[:, clean].tobytes(), "o changed (bad values only)"
     assert not np.isfinite(ov[:, ~clean].astype(np.float32)).all(axis=-1).any(), "a row seeing a bad value is finite"
+    # Bad keys alone: a NaN or infinite score a row sees is not dropped as a masked one.
+    ok, lk = (x.numpy() for x in flashc.attention(D_(q), D_(kp), D_(v), return_lse=True, **dkw))
+    assert ok[:, clean].tobytes() == on[:, clean].tobytes(), "o changed (bad keys only)"
+    assert not np.isfinite(ok[:, ~clean].astype(np.float32)).all(axis=-1).any(), "a row seeing a bad key is finite"
+    assert np.isnan(lk[:, :, ~clean]).all(), "a row seeing a bad key has a non-NaN lse"
     g = [x.numpy() for x in flashc.attention_backward(do, D_(q), D_(k), D_(v), o, lse, **dkw)]
     gp = [x.numpy() for x in flashc.attention_backward(do, D_(q), D_(kp), D_(vp), o, lse,
                                                        **dkw)]

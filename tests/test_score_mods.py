@@ -538,6 +538,12 @@ ROBUST = {
     "decode-window": (2, 1, 700, 4, 1, 64, dict(window=(100, 0)), lambda j: j < 599),
     "decode-sq3-causal": (1, 3, 300, 8, 2, 128, dict(causal=True, use_sinks=True),
                           lambda j: j >= 298),
+    # CUDA: the Hopper forward (D 64 / 128, bf16) and its decode kernels (Sq 1)
+    "causal-d128": (1, 200, 260, 4, 2, 128, dict(causal=True), lambda j: (j >= 150) & (j < 170)),
+    "decode-window-d64": (3, 2, 900, 8, 2, 64, dict(window=(300, 0), use_sinks=True),
+                          lambda j: (j >= 590) & (j < 599)),  # row 0 sees key 598, row 1 not
+    # rows that see bad keys only: a split of the keys whose every score of a row is NaN
+    "decode-chunk-narrow": (1, 64, 900, 8, 2, 64, dict(window=(3, 0), use_sinks=True), lambda j: j >= 840),
 }
 
 
@@ -573,16 +579,20 @@ def test_masked_keys_robust(backend, rng, monkeypatch, request, name, mods, dtyp
     op, lsep = flashc.attention(q, kp, vp, return_lse=True, backend=backend, **kw)
     assert op[:, clean_rows].tobytes() == o[:, clean_rows].tobytes(), "o changed"
     assert lsep[:, :, clean_rows].tobytes() == lse[:, :, clean_rows].tobytes(), "lse changed"
-    if backend != "cpu":
-        return  # the CUDA backward's robustness (and its bad rows') is in test_cuda.py
     # ... and a row that sees a bad key or value is not finite (flashc.h: no
-    # path may drop a NaN score as a masked one, or read a bad value as 0).
+    # path may drop a NaN score as a masked one, or read a bad value as 0),
+    # bad keys and bad values each alone.
     f64 = np.float64
     seeing = ~clean_rows
     assert not np.isfinite(np.asarray(op, f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad key is finite"
-    ov = flashc.attention(q, k, vp, backend=backend, **kw)
-    assert ov[:, clean_rows].tobytes() == o[:, clean_rows].tobytes(), "o changed (bad values only)"
-    assert not np.isfinite(np.asarray(ov, f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad value is finite"
+    for what, kk, vv in (("key", kp, v), ("value", k, vp)):
+        ob, lb = flashc.attention(q, kk, vv, return_lse=True, backend=backend, **kw)
+        assert ob[:, clean_rows].tobytes() == o[:, clean_rows].tobytes(), "o changed (bad %ss only)" % what
+        assert not np.isfinite(np.asarray(ob, f64)[:, seeing]).all(axis=-1).any(), "a row seeing a bad %s is finite" % what
+        if what == "key":  # a NaN score: L is NaN too (a bad value with finite scores leaves L finite)
+            assert np.isnan(lb[:, :, seeing]).all(), "a row seeing a bad key has a non-NaN lse"
+    if backend != "cpu":
+        return  # the CUDA backward's robustness (and its bad rows') is in test_cuda.py
     do = rng.standard_normal(q.shape).astype(q.dtype)
     g = flashc.attention_backward(do, q, k, v, o, lse, **kw)
     gp = flashc.attention_backward(do, q, kp, vp, o, lse, **kw)
