@@ -110,7 +110,9 @@
  *   value leaves the row's O and L, and its dQ (and dK/dV of the keys it
  *   does not reach), unchanged, bit for bit, on every path of both backends,
  *   forward and backward. A row that does see a non-finite key or value
- *   gets non-finite results (NaN, as a rule).
+ *   gets non-finite results (NaN, as a rule): a NaN score (a key with NaN,
+ *   or Inf entries that make q·k NaN) gives O and L NaN, a non-finite value
+ *   under finite scores a non-finite O.
  *   Range: the scale bound keeps the scale and its products with unit-sized
  *   q·k exact enough for the backward's recomputation P = exp(x − L) (its
  *   error grows as |x|·ε of the compute type). Logits that overflow the
