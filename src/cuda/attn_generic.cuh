@@ -125,12 +125,12 @@ __device__ __forceinline__ void fcc_rows_visible(const fc_mask &m, int64_t i0, i
     }
 }
 
-/* Max / sum over the 16 lanes that share ty (lanes differ in bits 0..3). */
 /* max that keeps NaN (fmax drops it): a NaN score a row sees must reach its
  * softmax, not read as the masked −inf (flashc.h: non-finite results). */
 template <class A> __device__ __forceinline__ A fcc_max_nan(A a, A b) {
     return a != a || b != b ? a + b : fmax(a, b);
 }
+/* Max / sum over the 16 lanes that share ty (lanes differ in bits 0..3). */
 template <class A> __device__ __forceinline__ A fcc_row_max16(A v) {
 #pragma unroll
     for (int off = 8; off > 0; off >>= 1) v = fcc_max_nan(v, __shfl_xor_sync(0xffffffffu, v, off));
