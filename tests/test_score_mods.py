@@ -611,3 +611,34 @@ def test_masked_keys_robust(backend, rng, monkeypatch, request, name, mods, dtyp
     unseen = ~vis.any(axis=0)
     for what, a in (("dk", gp[1]), ("dv", gp[2])):
         assert np.all(np.asarray(a, np.float64)[:, unseen] == 0), what
+
+
+@pytest.mark.parametrize("kernel", ["auto", "mma"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_bad_keys_filling_whole_splits(backend, rng, monkeypatch, kernel, D):
+    """A decode step whose bad keys (NaN / ±Inf in K: NaN scores) fill whole
+    key splits of the split-KV decode, the other splits clean: the row is
+    not finite and its lse is NaN. A split that saw only NaN scores has a
+    running max of −inf (the max drops NaN) and ℓ = NaN; stored as an empty
+    partial, the combine would drop it and the row would end finite. The bad
+    range [k0, Sk) or [0, k0) starts at every multiple of 16 keys, so that
+    some k0 is a split boundary whatever the plan (split count, tile size,
+    kernel); batch row 1 stays clean and must not change."""
+    if backend == "cpu" and kernel != "auto":
+        pytest.skip("FLASHC_CUDA_KERNEL: CUDA only")
+    if kernel != "auto":
+        monkeypatch.setenv("FLASHC_CUDA_KERNEL", kernel)  # the cp.async decode kernel
+    B, Sk, Hq, Hkv = 2, 2048, 4, 1  # one (sequence, kv head) a CTA row: many splits
+    q, k, v, kw = make(rng, B, 1, Sk, Hq, Hkv, D, "bfloat16")
+    o, lse = flashc.attention(q, k, v, return_lse=True, backend=backend, **kw)
+    assert np.isfinite(np.asarray(o, np.float64)).all()
+    pattern = np.array([np.nan, np.inf, -np.inf])[np.arange(D) % 3].astype(k.dtype)
+    for k0 in range(16, Sk, 16):
+        for bad in (slice(k0, Sk), slice(0, k0)):
+            kp = k.copy()
+            kp[0, bad] = pattern
+            op, lp = flashc.attention(q, kp, v, return_lse=True, backend=backend, **kw)
+            where = "bad keys [%d, %d)" % (bad.start, bad.stop)
+            assert not np.isfinite(np.asarray(op[0], np.float64)).all(axis=-1).any(), where + ": a finite row"
+            assert np.isnan(lp[0]).all(), where + ": lse not NaN"
+            assert op[1].tobytes() == o[1].tobytes() and lp[1].tobytes() == lse[1].tobytes(), where + ": row 1 changed"
