@@ -22,9 +22,12 @@
  *   > 1 sorted by |stride|, each |stride| must exceed the reach
  *   Σ (extent − 1)·|stride| of the smaller ones (every dense, transposed,
  *   sliced or flipped view passes). The outputs of an attention call (o,
- *   lse; dq, dk, dv, dsinks) must not share memory with each other or with
- *   the call's inputs (q, k, v, dout, o, lse, the caches and appended rows,
- *   sinks, alibi_slopes) — FLASHC_ERR_INVALID_ARGUMENT naming the pair.
+ *   lse; dq, dk, dv, dsinks; k_cache and v_cache when rows are appended in
+ *   place) must not share memory with each other or with the call's inputs
+ *   (q, k, v, dout, o, lse, the caches and appended rows, sinks and the 0.1
+ *   sink_logits / dsinks pointers ([Hq] contiguous), alibi_slopes, and the
+ *   index tensors cu_seqlens_q/k, cache_seqlens, block_table,
+ *   cache_batch_idx) — FLASHC_ERR_INVALID_ARGUMENT naming the pair.
  *   Slices of one buffer that share no element pass (q, k, v, o packed as
  *   [B, S, 4, H, D]): tensors of one ndim and element size whose strides
  *   agree axis by axis are told apart exactly; other layouts whose byte

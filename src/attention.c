@@ -257,28 +257,73 @@ flashc_status fc_attn_run(int backend, int bwd, const fc_attn *a) {
     return fc_cuda_status(m, bwd ? m->attn_bwd(a) : m->attn_fwd(a));
 }
 
+/* A 0.1 sink pointer (sink_logits, the dsinks argument) as the [Hq]
+ * contiguous vector it is (the sinks' dtype), for the overlap check. */
+static const flashc_tensor *legacy_vector(flashc_tensor *t, const void *ptr, const fc_attn *a) {
+    if (!ptr) return NULL;
+    memset(t, 0, sizeof *t);
+    t->data = (void *)ptr;
+    t->dtype = a->dtype == FLASHC_F64 ? FLASHC_F64 : FLASHC_F32;
+    t->ndim = 1;
+    t->shape[0] = a->Hq;
+    t->strides[0] = 1;
+    return t;
+}
+
+/* Appends the index tensors of ix (NULL: none) to the check's list. */
+static int add_index(const flashc_tensor **t, const char **nm, int n, const fc_attn_index *ix) {
+    if (!ix) return n;
+    const flashc_tensor *const x[5] = {ix->cu_q, ix->cu_k, ix->seqlens, ix->block_table, ix->batch_idx};
+    static const char *const xn[5] = {"cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "block_table",
+                                      "cache_batch_idx"};
+    for (int i = 0; i < 5; ++i) {
+        t[n] = x[i];
+        nm[n++] = xn[i];
+    }
+    return n;
+}
+
 /* No output of a call shares memory with another tensor of it
- * (fc_check_disjoint): o, lse against q, k, v (or the cache's k, v and the
- * appended rows), the sink logits and the ALiBi slopes. */
-flashc_status fc_attn_check_disjoint_fwd(const flashc_tensor *o, const flashc_tensor *lse, const flashc_tensor *q,
-                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *k_new,
-                                         const flashc_tensor *v_new, int cache, const flashc_attn_params *p) {
-    const flashc_tensor *const t[] = {o, lse, q, k, v, k_new, v_new, p->sinks, p->alibi_slopes};
-    static const char *const names[2][9] = {{"o", "lse", "q", "k", "v", "k_new", "v_new", "sinks", "alibi_slopes"},
-                                            {"o", "lse", "q", "k_cache", "v_cache", "k_new", "v_new", "sinks",
-                                             "alibi_slopes"}};
-    return fc_check_disjoint(t, names[cache != 0], 9, 2);
+ * (fc_check_disjoint): o, lse (and the caches an append writes) against
+ * q, k, v (or the caches and the appended rows), the sink logits, the ALiBi
+ * slopes and the index tensors. */
+flashc_status fc_attn_check_disjoint_fwd(const fc_attn *a, const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                         const flashc_tensor *k_new, const flashc_tensor *v_new, int cache,
+                                         const fc_attn_index *ix, const flashc_attn_params *p) {
+    flashc_tensor ls;
+    const flashc_tensor *t[20];
+    const char *nm[20];
+    const int append = cache && k_new && fc_numel(k_new) > 0;
+    int n = 0;
+    t[n] = o, nm[n++] = "o";
+    t[n] = lse, nm[n++] = "lse";
+    if (append) t[n] = k, nm[n++] = "k_cache", t[n] = v, nm[n++] = "v_cache";
+    const int nout = n;
+    t[n] = q, nm[n++] = "q";
+    if (!append) t[n] = k, nm[n++] = cache ? "k_cache" : "k", t[n] = v, nm[n++] = cache ? "v_cache" : "v";
+    t[n] = k_new, nm[n++] = "k_new";
+    t[n] = v_new, nm[n++] = "v_new";
+    t[n] = p->sinks ? p->sinks : legacy_vector(&ls, p->sink_logits, a), nm[n++] = p->sinks ? "sinks" : "sink_logits";
+    t[n] = p->alibi_slopes, nm[n++] = "alibi_slopes";
+    n = add_index(t, nm, n, ix);
+    return fc_check_disjoint(t, nm, n, nout);
 }
 
 /* dq, dk, dv and the sink logits' gradient against each other and every input. */
-flashc_status fc_attn_check_disjoint_bwd(const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv,
-                                         const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
-                                         const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
+flashc_status fc_attn_check_disjoint_bwd(const fc_attn *a, const flashc_tensor *dq, const flashc_tensor *dk,
+                                         const flashc_tensor *dv, const flashc_tensor *dout, const flashc_tensor *q,
+                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *o,
+                                         const flashc_tensor *lse, const fc_attn_index *ix,
                                          const flashc_attn_params *p) {
-    const flashc_tensor *const t[] = {dq, dk, dv, p->dsinks, dout, q, k, v, o, lse, p->sinks, p->alibi_slopes};
-    static const char *const names[] = {"dq", "dk", "dv", "dsinks", "dout", "q", "k", "v", "o", "lse", "sinks",
-                                        "alibi_slopes"};
-    return fc_check_disjoint(t, names, 12, 4);
+    flashc_tensor ls, ld;
+    const flashc_tensor *t[20] = {dq, dk, dv, p->dsinks ? p->dsinks : legacy_vector(&ld, a->dsinks, a),
+                                  dout, q, k, v, o, lse,
+                                  p->sinks ? p->sinks : legacy_vector(&ls, p->sink_logits, a), p->alibi_slopes};
+    const char *nm[20] = {"dq", "dk", "dv", "dsinks", "dout", "q", "k", "v", "o", "lse",
+                          p->sinks ? "sinks" : "sink_logits", "alibi_slopes"};
+    const int n = add_index(t, nm, 12, ix);
+    return fc_check_disjoint(t, nm, n, 4);
 }
 
 /* q, k, v, o as float tensors of ndim dims sharing one dtype (→ a->dtype). */
@@ -332,7 +377,7 @@ FLASHC_API flashc_status flashc_attn_fwd(const flashc_tensor *q, const flashc_te
         const int64_t want[3] = {a.B, a.Hq, a.Sq};
         FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 1));
     }
-    FC_TRY(fc_attn_check_disjoint_fwd(o, lse, q, k, v, NULL, NULL, 0, &p));
+    FC_TRY(fc_attn_check_disjoint_fwd(&a, o, lse, q, k, v, NULL, NULL, 0, NULL, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     FC_PROF_MARK(fc_prof_marks, 2);
@@ -353,7 +398,7 @@ FLASHC_API flashc_status flashc_attn_bwd(const flashc_tensor *dout, const flashc
     const int64_t want[3] = {a.B, a.Hq, a.Sq};
     FC_TRY(fc_attn_lse(lse, &a, 3, want, LSE_AXES, "[B, Hq, Sq]", 0));
     FC_TRY(fc_attn_grads(&a, &p, dout, q, k, v, dq, dk, dv, dsinks, 1, FC_AXES4));
-    FC_TRY(fc_attn_check_disjoint_bwd(dq, dk, dv, dout, q, k, v, o, lse, &p));
+    FC_TRY(fc_attn_check_disjoint_bwd(&a, dq, dk, dv, dout, q, k, v, o, lse, NULL, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     return fc_attn_run(backend, 1, &a);

@@ -167,7 +167,8 @@ FLASHC_API flashc_status flashc_attn_varlen_fwd(const flashc_tensor *q, const fl
         const int64_t want[2] = {a.Hq, a.Tq};
         FC_TRY(fc_attn_lse(lse, &a, 2, want, VARLEN_LSE_AXES, "[Hq, Tq]", 1));
     }
-    FC_TRY(fc_attn_check_disjoint_fwd(o, lse, q, k, v, NULL, NULL, 0, &p));
+    const fc_attn_index ix = {sv.cu_seqlens_q, sv.cu_seqlens_k, NULL, NULL, NULL};
+    FC_TRY(fc_attn_check_disjoint_fwd(&a, o, lse, q, k, v, NULL, NULL, 0, &ix, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     FC_TRY(varlen_lengths(&a, &sv, backend));
@@ -188,7 +189,8 @@ FLASHC_API flashc_status flashc_attn_varlen_bwd(const flashc_tensor *dout, const
     const int64_t want[2] = {a.Hq, a.Tq};
     FC_TRY(fc_attn_lse(lse, &a, 2, want, VARLEN_LSE_AXES, "[Hq, Tq]", 0));
     FC_TRY(fc_attn_grads(&a, &p, dout, q, k, v, dq, dk, dv, NULL, 0, FC_AXES3));
-    FC_TRY(fc_attn_check_disjoint_bwd(dq, dk, dv, dout, q, k, v, o, lse, &p));
+    const fc_attn_index ix = {sv.cu_seqlens_q, sv.cu_seqlens_k, NULL, NULL, NULL};
+    FC_TRY(fc_attn_check_disjoint_bwd(&a, dq, dk, dv, dout, q, k, v, o, lse, &ix, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     FC_TRY(varlen_lengths(&a, &sv, backend));
@@ -377,7 +379,8 @@ FLASHC_API flashc_status flashc_attn_kvcache_fwd(const flashc_tensor *q, const f
         const int64_t want[3] = {a.B, a.Hq, a.Sq};
         FC_TRY(fc_attn_lse(lse, &a, 3, want, KV_LSE_AXES, "[B, Hq, Sn]", 1));
     }
-    FC_TRY(fc_attn_check_disjoint_fwd(o, lse, q, c.k_cache, c.v_cache, c.k_new, c.v_new, 1, &p));
+    const fc_attn_index ix = {NULL, NULL, c.cache_seqlens, c.block_table, c.cache_batch_idx};
+    FC_TRY(fc_attn_check_disjoint_fwd(&a, o, lse, q, c.k_cache, c.v_cache, c.k_new, c.v_new, 1, &ix, &p));
     int backend;
     FC_TRY(fc_attn_resolve(&a, p.backend, &backend));
     if (backend == FLASHC_BACKEND_CPU) FC_TRY(check_cache_values(&a));

@@ -66,13 +66,24 @@ flashc_status fc_cuda_status(const fc_cuda_module *m, flashc_status s);
 extern const char *const FC_AXES4[4]; /* B, S, H, D */
 extern const char *const FC_AXES3[3]; /* T, H, D (packed) */
 
-/* attention.c: no output shares memory with another tensor of the call. */
-flashc_status fc_attn_check_disjoint_fwd(const flashc_tensor *o, const flashc_tensor *lse, const flashc_tensor *q,
-                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *k_new,
-                                         const flashc_tensor *v_new, int cache, const flashc_attn_params *p);
-flashc_status fc_attn_check_disjoint_bwd(const flashc_tensor *dq, const flashc_tensor *dk, const flashc_tensor *dv,
-                                         const flashc_tensor *dout, const flashc_tensor *q, const flashc_tensor *k,
-                                         const flashc_tensor *v, const flashc_tensor *o, const flashc_tensor *lse,
+/* The index tensors of a ragged or cached call, NULL where absent: read
+ * while the outputs are written, so no output may overlap them. */
+typedef struct fc_attn_index {
+    const flashc_tensor *cu_q, *cu_k, *seqlens, *block_table, *batch_idx;
+} fc_attn_index;
+/* attention.c: no output shares memory with another tensor of the call
+ * (flashc.h). cache: k, v are the KV cache (k_cache, v_cache), outputs too
+ * when k_new has rows (appended in place). ix: NULL for dense calls. The
+ * 0.1 sink pointers (a->sink_logits, a->dsinks without their params
+ * tensors) are checked as [Hq] contiguous vectors. */
+flashc_status fc_attn_check_disjoint_fwd(const fc_attn *a, const flashc_tensor *o, const flashc_tensor *lse,
+                                         const flashc_tensor *q, const flashc_tensor *k, const flashc_tensor *v,
+                                         const flashc_tensor *k_new, const flashc_tensor *v_new, int cache,
+                                         const fc_attn_index *ix, const flashc_attn_params *p);
+flashc_status fc_attn_check_disjoint_bwd(const fc_attn *a, const flashc_tensor *dq, const flashc_tensor *dk,
+                                         const flashc_tensor *dv, const flashc_tensor *dout, const flashc_tensor *q,
+                                         const flashc_tensor *k, const flashc_tensor *v, const flashc_tensor *o,
+                                         const flashc_tensor *lse, const fc_attn_index *ix,
                                          const flashc_attn_params *p);
 /* q, k, v, o: float tensors of ndim dims (o an output when o_is_output)
  * sharing one dtype, which goes to a->dtype. */

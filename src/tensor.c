@@ -193,7 +193,7 @@ static int tensors_overlap(const flashc_tensor *a, const flashc_tensor *b) {
 }
 
 flashc_status fc_check_disjoint(const flashc_tensor *const *t, const char *const *names, int n, int nout) {
-    enum { MAXT = 16 };
+    enum { MAXT = 20 };
     FC_RETURN_IF(n > MAXT, FLASHC_ERR_INTERNAL, "fc_check_disjoint: %d tensors, at most %d", n, (int)MAXT);
     intptr_t lo[MAXT], hi[MAXT]; /* each tensor's byte range once; absent or empty: [0, 0), meets nothing */
     for (int i = 0; i < n; ++i) {

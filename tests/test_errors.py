@@ -501,6 +501,71 @@ def test_outputs_sharing_memory_are_errors():
            cache_seqlens=lens, out=kc[:, :1], match="o and k_cache share memory")
 
 
+def test_index_tensors_and_appended_caches_sharing_memory_are_errors():
+    # The index tensors are read while the outputs are written, and an
+    # append writes the caches: an index living inside a cache the call
+    # writes could be rewritten mid-call (a length turned to -1 wrote in
+    # front of k_cache, found by a helper's sweep), so it is refused.
+    rng = np.random.default_rng(5)
+    H, Sc, D = 2, 6, 8
+    q = rng.standard_normal((1, 1, H, D)).astype(np.float32)
+    kn, vn = (rng.standard_normal((1, 2, H, D)).astype(np.float32) for _ in range(2))
+    kc, vc = (rng.standard_normal((1, Sc, H, D)).astype(np.float32) for _ in range(2))
+    lens_in_kc = kc[0, 0, 0, :1].view(np.int32)
+    lens_in_kc[0] = 0
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_with_kvcache, q, kc, vc, kn, vn,
+           cache_seqlens=lens_in_kc, match="k_cache and cache_seqlens share memory")
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_with_kvcache, q, kc, kc, kn, vn,
+           cache_seqlens=np.array([0], np.int32), match="k_cache and v_cache share memory")
+    # without an append the caches are inputs: an index inside one is only read
+    lens_in_kc[0] = 3
+    o = flashc.attention_with_kvcache(q, kc, vc, cache_seqlens=lens_in_kc)
+    ref = flashc.attention(q, kc[:, :3], vc[:, :3])
+    assert np.allclose(o, ref, rtol=1e-5, atol=1e-6)
+    # a paged cache's block table inside the v pages that an append writes
+    pages = rng.standard_normal((4, 16, H, D)).astype(np.float32)
+    vpages = pages.copy()
+    bt = vpages[3, 0, 0, :2].view(np.int32)
+    bt[:] = [0, 1]
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_with_kvcache, q, pages, vpages, kn, vn,
+           cache_seqlens=np.array([5], np.int32), block_table=bt.reshape(1, 2),
+           match="v_cache and block_table share memory")
+    # varlen: o over cu_seqlens_q
+    qv, kv, vv = (rng.standard_normal((10, H, D)).astype(np.float32) for _ in range(3))
+    out = np.zeros_like(qv)
+    cu = out.reshape(-1)[:2].view(np.int32)
+    cu[:] = [0, 10]
+    expect(S.FLASHC_ERR_INVALID_ARGUMENT, flashc.attention_varlen, qv, kv, vv, cu, np.array([0, 10], np.int32),
+           out=out, match="o and cu_seqlens_q share memory")
+
+
+def test_legacy_sink_pointers_sharing_memory_are_errors():
+    # The 0.1 ABI's bare sink_logits pointer and dsinks argument are [Hq]
+    # contiguous vectors, checked like params.sinks / params.dsinks.
+    from flashc._core import _view_of
+    T = lambda a: ctypes.byref(_view_of(a, "x", writable=True).tensor())  # noqa: E731
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 64, 4, 8)).astype(np.float32) for _ in range(3))
+    o, lse = np.zeros_like(q), np.zeros((1, 4, 64), np.float32)
+    o.reshape(-1)[:4] = s = np.float32([1, 2, 3, 4])
+    p = _lib.attn_params_default()
+    p.sink_logits = o.ctypes.data  # the sink logits inside the output o
+    assert _lib.flashc_attn_fwd(T(q), T(k), T(v), T(o), T(lse), ctypes.byref(p)) == S.FLASHC_ERR_INVALID_ARGUMENT
+    assert "o and sink_logits share memory" in _lib.flashc_last_error().decode()
+    o, lse = flashc.attention(q, k, v, sinks=s, return_lse=True)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    p = _lib.attn_params_default()
+    p.sink_logits = s.ctypes.data
+    st = _lib.flashc_attn_bwd(T(q), T(q), T(k), T(v), T(o), T(lse), T(dq), T(dk), T(dv),
+                              dq.ctypes.data_as(ctypes.c_void_p), ctypes.byref(p))
+    assert st == S.FLASHC_ERR_INVALID_ARGUMENT
+    assert "dq and dsinks share memory" in _lib.flashc_last_error().decode()
+    ds = np.zeros(4, np.float32)
+    assert _lib.flashc_attn_bwd(T(q), T(q), T(k), T(v), T(o), T(lse), T(dq), T(dk), T(dv),
+                                ds.ctypes.data_as(ctypes.c_void_p), ctypes.byref(p)) == 0
+    assert np.allclose(ds, flashc.attention_backward(q, q, k, v, o, lse, sinks=s)[3], rtol=1e-5, atol=1e-6)
+
+
 def test_packed_buffer_slices_are_not_overlap():
     # q, k, v, o as slices of one [B, S, 4, H, D] buffer share no element.
     rng = np.random.default_rng(4)
