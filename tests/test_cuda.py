@@ -419,6 +419,81 @@ def test_stress_long_sequence(rng, dtype):
     assert_close(o[:, rows], ro, no, dtype, "o rows")
 
 
+# The F32 forward on the tensor cores (attn_fwd_tc.cu: 3xTF32 on mma.sync
+# m16n8k8, every padded head dim, dense and ragged): float32 accuracy — the
+# same tolerance as the naive float32 implementation and as the generic SIMT
+# kernel (FLASHC_CUDA_KERNEL=generic, whose error is printed beside).
+_F32_CASES = {
+    "d64": (2, 200, 230, 4, 2, 64, dict()),
+    "d128-causal": (1, 300, 300, 4, 4, 128, dict(causal=True)),
+    "d33-window-sinktok": (2, 150, 170, 6, 2, 33, dict(causal=True, window=(40, 0), sink_tokens=3)),
+    "d80-sinks": (1, 130, 90, 4, 1, 80, dict(use_sinks=True)),
+    "d96-softcap-alibi": (1, 160, 200, 4, 2, 96, dict(causal=True, softcap=8.0, alibi=True)),
+    "d128-sq-gt-sk": (1, 200, 70, 2, 2, 128, dict(causal=True)),
+    "d192": (1, 100, 120, 2, 1, 192, dict(window=(30, 10))),
+    "d256-softcap": (1, 70, 140, 2, 2, 256, dict(softcap=20.0, softmax_scale=0.05)),
+    "d17-neg-scale": (1, 64, 64, 2, 2, 17, dict(softmax_scale=-0.3)),
+}
+
+
+@pytest.mark.parametrize("name", list(_F32_CASES))
+def test_f32_tensor_core_forward(rng, monkeypatch, name):
+    B, Sq, Sk, Hq, Hkv, D, kw = _F32_CASES[name]
+    kw = dict(kw)
+    use_sinks, alibi = kw.pop("use_sinks", False), kw.pop("alibi", False)
+    q, k, v = (rand(rng, s, "float32") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    if use_sinks:
+        kw["sinks"] = (rng.standard_normal(Hq) * 2).astype(np.float32)
+    if alibi:
+        kw["alibi_slopes"] = (2.0 ** (-8.0 * (np.arange(Hq) + 1) / Hq)).astype(np.float32)
+    ro, rl = attention_reference(q, k, v, **kw)
+    no, nl = attention_naive(q, k, v, "float32", **kw)
+    dq, dk, dv = (fcuda.to_device(x) for x in (q, k, v))
+    dkw = {n: fcuda.to_device(x) if n in ("sinks", "alibi_slopes") else x for n, x in kw.items()}
+    o, lse = flashc.attention(dq, dk, dv, return_lse=True, **dkw)
+    monkeypatch.setenv("FLASHC_CUDA_KERNEL", "generic")
+    og, _ = flashc.attention(dq, dk, dv, return_lse=True, **dkw)
+    eg = max_abs_err(og.numpy(), ro)
+    e, tol = assert_close(o.numpy(), ro, no, "float32", "o (generic kernel's error %.3g)" % eg)
+    assert_close(lse.numpy(), rl, nl, "float32", "lse")
+    assert e <= max(4.0 * eg, tol / 3), "o error %.3g, generic kernel %.3g" % (e, eg)
+
+
+@pytest.mark.parametrize("page", [0, 16])
+def test_f32_tensor_core_ragged(rng, page):
+    """The F32 forward's ragged instances: a KV cache (contiguous or paged,
+    rows appended in place) with ragged lengths, float32 accuracy per
+    sequence."""
+    B, Hq, Hkv, D, Sc, Sn = 3, 4, 2, 64, 96, 20
+    lens = np.array([50, 0, 76], np.int32)
+    kc, vc = (rand(rng, (B, Sc, Hkv, D), "float32") for _ in range(2))
+    q = rand(rng, (B, Sn, Hq, D), "float32")
+    kn, vn = (rand(rng, (B, Sn, Hkv, D), "float32") for _ in range(2))
+    args = dict(cache_seqlens=fcuda.to_device(lens), causal=True)
+    if page:
+        npg = Sc // page
+        perm = rng.permutation(B * npg).astype(np.int32)
+        table = perm.reshape(B, npg)
+        pk, pv = np.empty((B * npg, page, Hkv, D), np.float32), np.empty((B * npg, page, Hkv, D), np.float32)
+        for b in range(B):
+            for i in range(npg):
+                pk[table[b, i]] = kc[b, i * page:(i + 1) * page]
+                pv[table[b, i]] = vc[b, i * page:(i + 1) * page]
+        ck, cv = fcuda.to_device(pk), fcuda.to_device(pv)
+        args["block_table"] = fcuda.to_device(table)
+    else:
+        ck, cv = fcuda.to_device(kc), fcuda.to_device(vc)
+    o = flashc.attention_with_kvcache(fcuda.to_device(q), ck, cv, fcuda.to_device(kn), fcuda.to_device(vn),
+                                      **args).numpy()
+    for b in range(B):
+        L = int(lens[b])
+        kb = np.concatenate([kc[b:b + 1, :L], kn[b:b + 1]], axis=1)
+        vb = np.concatenate([vc[b:b + 1, :L], vn[b:b + 1]], axis=1)
+        ro, _ = attention_reference(q[b:b + 1], kb, vb, causal=True)
+        no, _ = attention_naive(q[b:b + 1], kb, vb, "float32", causal=True)
+        assert_close(o[b:b + 1], ro, no, "float32", "o of sequence %d" % b)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("B,Hq,Hkv", [(1, 70000, 70000), (70000, 1, 1), (300, 256, 64)],
                          ids=["heads>65535", "batch>65535", "BH-large"])

@@ -1,5 +1,6 @@
 /*
- * attn_fwd_tc.cu — tensor-core attention forward for F16/BF16 (sm_80+).
+ * attn_fwd_tc.cu — tensor-core attention forward for F16/BF16 and F32
+ * (sm_80+).
  *
  * FlashAttention-2 schedule on mma.sync m16n8k16:
  *   one CTA per (query block of BM rows, query head, batch), NW warps, each
@@ -23,6 +24,16 @@
  * the 8 row addresses of every ldmatrix phase hit distinct bank quads.
  * Ragged problems (varlen, KV caches, paged): the RAG instantiations
  * (attn_ragged.cuh); the dense ones (RAG = false) are the code of before.
+ *
+ * F32 (T = float, FwdTraits ES = 4): the same schedule on mma.sync
+ * m16n8k8 tf32 with every product in 3xTF32 (tc_common.cuh: fp32 accuracy,
+ * as torch's memory-efficient kernel), tiles and O staged as fp32 (pitch
+ * HD + 4), Q and K fragments by ldmatrix (8 rows × 4 floats per matrix),
+ * P kept in fp32 and split per use, V read by 32-bit loads with the keys of
+ * a k8 chunk in the order the C fragment of S holds them (slot t ↔ key 2t,
+ * slot t+4 ↔ key 2t+1: no shuffles between S and P·V), the softcap's tanh
+ * accurate (tanhf). qk_tile_f32, pv_tile_f32 and the F32 versions of the
+ * bad-value steps below.
  */
 #include "attn_fwd_tile.cuh"
 #include "attn_ragged.cuh"
@@ -31,21 +42,24 @@
 
 namespace fctc {
 
-/* Compile-time tile shape of one forward instantiation. */
-template <int HD_, int NW_, int MT_, int BN_, bool QREG_> struct FwdTraits {
+/* Compile-time tile shape of one forward instantiation (ES: bytes an
+ * element, 2 for F16/BF16, 4 for F32). */
+template <int HD_, int NW_, int MT_, int BN_, bool QREG_, int ES_ = 2> struct FwdTraits {
     static constexpr int HD = HD_;     /* padded head dim */
     static constexpr int NW = NW_;     /* warps per CTA */
     static constexpr int MT = MT_;     /* m16 tiles per warp */
     static constexpr int BN = BN_;     /* keys per tile */
     static constexpr bool QREG = QREG_;/* Q fragments held in registers */
+    static constexpr int ES = ES_;
     static constexpr int BM = 16 * MT * NW;
     static constexpr int NT = 32 * NW;
-    static constexpr int LD = HD + 8;  /* smem row pitch, elements */
+    static constexpr int LD = HD + 16 / ES; /* smem row pitch, elements (16 bytes of padding) */
     static constexpr int SMEM_ELEMS = (BM + 2 * BN) * LD;
     static_assert(HD % 16 == 0 && HD >= 16 && HD <= 256, "HD: multiple of 16 in [16, 256]");
     static_assert(BN % 16 == 0 && BN >= 16, "BN: multiple of 16");
     static_assert(MT >= 1 && MT <= 2 && NW >= 1 && NW <= 8, "MT 1..2, NW 1..8");
-    static_assert((LD * 2) % 16 == 0, "rows must stay 16-byte aligned for cp.async/ldmatrix");
+    static_assert(ES == 2 || (ES == 4 && !QREG), "F32 re-reads its Q fragments (hi and lo would double them)");
+    static_assert((LD * ES) % 16 == 0, "rows must stay 16-byte aligned for cp.async/ldmatrix");
 };
 
 /* S = Q·Kᵀ for the warp's MT m16 tiles × BN keys of the K tile in smem.
@@ -93,21 +107,149 @@ __device__ __forceinline__ void pv_tile(float (&acc_o)[K::MT][K::HD / 8][4],
         acc_o, pa, [=](int kk, int dd) { return sVa + 2 * (v_off + kk * 16 * K::LD + dd * 16); }, san);
 }
 
+/* ------------------------------------------------ F32: 3xTF32 steps */
+
+/* S = Q·Kᵀ in 3xTF32 for the warp's MT m16 tiles × BN keys, Q and K fp32
+ * rows in smem (pitch LD floats); q_off / k_off: the lane's ldmatrix offsets
+ * (floats) of the k8 step's matrices: Q rows lane % 16 at column 4·(lane /
+ * 16) (a0..a3), K rows 8·(lane / 16) + lane % 8 at column 4·((lane / 8) % 2)
+ * (b0, b1 of n8 tile 2jj, then of 2jj + 1). */
+template <class K>
+__device__ __forceinline__ void qk_tile_f32(float (&acc_s)[K::MT][K::BN / 8][4], uint32_t sQa, uint32_t sKa, int q_off,
+                                            int k_off) {
+    constexpr int MT = K::MT, NJ = K::BN / 8, LD = K::LD;
+    zero_frags(acc_s);
+#pragma unroll
+    for (int kk = 0; kk < K::HD / 8; ++kk) {
+        uint32_t qh[MT][4], ql[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            uint32_t r[4];
+            ldsm_x4(sQa + 4 * (q_off + mt * 16 * LD + kk * 8), r[0], r[1], r[2], r[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(r[e]), qh[mt][e], ql[mt][e]);
+        }
+#pragma unroll
+        for (int jj = 0; jj < NJ / 2; ++jj) {
+            uint32_t b[4], bh[4], bl[4];
+            ldsm_x4(sKa + 4 * (k_off + jj * 16 * LD + kk * 8), b[0], b[1], b[2], b[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(b[e]), bh[e], bl[e]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_3xtf32_acc(acc_s[mt][2 * jj], qh[mt], ql[mt], bh[0], bh[1], bl[0], bl[1]);
+                mma_3xtf32_acc(acc_s[mt][2 * jj + 1], qh[mt], ql[mt], bh[2], bh[3], bl[2], bl[3]);
+            }
+        }
+    }
+}
+
+/* O += P·V in 3xTF32: P the fp32 C fragments of S (n8 tile j = the k8
+ * chunk of keys 8j..8j+7, slot t ↔ key 2t, slot t + 4 ↔ key 2t + 1, so
+ * a0..a3 = p0, p2, p1, p3), V fp32 rows in smem at sV (pitch LD floats),
+ * this lane's b0, b1 = V[8j + 2t][8dd + g], V[8j + 2t + 1][8dd + g]. SAN: in
+ * the chunks of `san`, non-finite values read as +0 (attn_fwd_tile.cuh,
+ * "values of keys a row cannot see"). */
+template <class K, bool SAN = false>
+__device__ __forceinline__ void pv_tile_f32(float (&acc_o)[K::MT][K::HD / 8][4], const float (&ps)[K::MT][K::BN / 8][4],
+                                            const float *sV, int g, int t4, uint32_t san = 0) {
+    constexpr int MT = K::MT, LD = K::LD;
+    static_assert(K::BN % 16 == 0, "k8 chunks in pairs");
+#pragma unroll
+    for (int j2 = 0; j2 < K::BN / 16; ++j2) { /* two k8 chunks a step: 16 keys */
+        uint32_t ah[2][MT][4], al[2][MT][4];
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int j = 2 * j2 + c;
+                tf32_split(ps[mt][j][0], ah[c][mt][0], al[c][mt][0]);
+                tf32_split(ps[mt][j][2], ah[c][mt][1], al[c][mt][1]);
+                tf32_split(ps[mt][j][1], ah[c][mt][2], al[c][mt][2]);
+                tf32_split(ps[mt][j][3], ah[c][mt][3], al[c][mt][3]);
+            }
+#pragma unroll
+        for (int dd = 0; dd < K::HD / 8; ++dd) {
+            /* The 16 keys' products into a zeroed fragment, added to O in
+             * fp32 (mma_3xtf32: O's long accumulation stays unbiased). */
+            float t[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) t[mt][0] = t[mt][1] = t[mt][2] = t[mt][3] = 0.f;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int j = 2 * j2 + c;
+                const float *v0 = sV + (8 * j + 2 * t4) * LD + g;
+                float x0 = v0[8 * dd], x1 = v0[LD + 8 * dd];
+                if (SAN && ((san >> j) & 1u)) {
+                    x0 = isfinite(x0) ? x0 : 0.f;
+                    x1 = isfinite(x1) ? x1 : 0.f;
+                }
+                uint32_t bh0, bl0, bh1, bl1;
+                tf32_split(x0, bh0, bl0);
+                tf32_split(x1, bh1, bl1);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma_3xtf32_acc(t[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc_o[mt][dd][e] += t[mt][e];
+        }
+    }
+}
+
+/* pv_bad_keys for the F32 tiles: bit 2j + e for key 8j + 2t + e of the k8
+ * chunks `chk` (warp-uniform) whose V row holds a non-finite value, OR-ed
+ * over the head dim and the 8 lanes of the same t. */
+template <class K> __device__ __forceinline__ uint32_t pv_bad_keys_f32(const float *sV, int g, int t4, uint32_t chk) {
+    static_assert(K::BN / 8 <= 16, "2 bits per chunk in 32");
+    constexpr int LD = K::LD;
+    uint32_t bad = 0;
+#pragma unroll
+    for (int j = 0; j < K::BN / 8; ++j) {
+        if (!((chk >> j) & 1u)) continue;
+        const float *v0 = sV + (8 * j + 2 * t4) * LD + g;
+        uint32_t x = 0;
+#pragma unroll
+        for (int dd = 0; dd < K::HD / 8; ++dd)
+            x |= (isfinite(v0[8 * dd]) ? 0u : 1u) | (isfinite(v0[LD + 8 * dd]) ? 0u : 2u);
+        bad |= x << (2 * j);
+    }
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 4);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 8);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, 16);
+    return bad;
+}
+
+/* poison_p for the F32 fragments: P (s, the fp32 C layout) set to NaN where
+ * the row sees a key of `bad` (pv_bad_keys_f32); c0 = n0 + 2t. */
+template <int NJ>
+__device__ __forceinline__ void poison_p_f32(float (&s)[NJ][4], const RowVis &rv, int c0, uint32_t bad) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const Vis &v = rv.r[e >> 1];
+            if (((bad >> (2 * j + (e & 1))) & 1u) && FC_KEY_VISIBLE(v.se, v.lo, v.hi, c0 + 8 * j + (e & 1)))
+                s[j][e] = __int_as_float(0x7FC00000);
+        }
+}
+
 /* Stores the warp's 16·MT rows of O, staged as T in smem rows [rbase, rbase
  * + 16·MT) of pitch LD (written by this warp only), to rows m0 + rbase + r of
  * Ob (row stride so1): 16-byte stores when vec, else element by element. */
 template <typename T, class K>
 __device__ __forceinline__ void store_o_rows(T *Ob, int64_t so1, const T *stage, int m0, int rbase, int Sq, int D,
                                              bool vec, int lane) {
-    constexpr int HD = K::HD, LD = K::LD, CPR = HD / 8, WR = 16 * K::MT;
+    constexpr int HD = K::HD, LD = K::LD, EPC = 16 / K::ES, CPR = HD / EPC, WR = 16 * K::MT;
     if (vec) {
 #pragma unroll
         for (int idx = lane; idx < WR * CPR; idx += 32) {
             const int r = idx / CPR, c = idx % CPR;
             const int row = m0 + rbase + r;
-            if (row < Sq && c * 8 < D)
-                *reinterpret_cast<uint4 *>(Ob + (int64_t)row * so1 + c * 8) =
-                    *reinterpret_cast<const uint4 *>(stage + (rbase + r) * LD + c * 8);
+            if (row < Sq && c * EPC < D)
+                *reinterpret_cast<uint4 *>(Ob + (int64_t)row * so1 + c * EPC) =
+                    *reinterpret_cast<const uint4 *>(stage + (rbase + r) * LD + c * EPC);
         }
     } else {
         for (int idx = lane; idx < WR * HD; idx += 32) {
@@ -152,9 +294,12 @@ __global__ void __launch_bounds__(K::NT)
     float mul = p.sl2e, mul_ln = p.scale;
     if (MOD) score_factors(fcc_score_mod_l2(p, 0, 0), &mul, &mul_ln);
 
-    /* Per-lane ldmatrix offsets (elements), see tc_common.cuh for layouts. */
-    const int q_off = (warp * MT * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
-    const int k_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
+    /* Per-lane ldmatrix offsets (elements), see tc_common.cuh for layouts:
+     * the column of the second matrix pair is 16 bytes on (8 elements of 2
+     * bytes; F32: 4 floats, qk_tile_f32). */
+    constexpr int F32 = K::ES == 4, CW = 16 / K::ES;
+    const int q_off = (warp * MT * 16 + (lane & 15)) * LD + (lane >> 4) * CW;
+    const int k_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * CW;
     const int v_off = (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
     const uint32_t sQa = smem_u32(sQ), sKa = smem_u32(sK), sVa = smem_u32(sV);
 
@@ -245,13 +390,15 @@ __global__ void __launch_bounds__(K::NT)
             }
 
             float acc_s[MT][NJ][4]; /* MT·16 × BN per warp */
-            qk_tile<T, K>(acc_s, qf, sQa, sKa, q_off, k_off);
+            if constexpr (F32) qk_tile_f32<K>(acc_s, sQa, sKa, q_off, k_off);
+            else qk_tile<T, K>(acc_s, qf, sQa, sKa, q_off, k_off);
             if (MOD) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     float dist0[2];
                     tile_dist0(sp.score(p), row0 + 16 * mt, n0 + 2 * t4, dist0);
-                    tile_score_mod(acc_s[mt], mod, fold, dist0);
+                    if constexpr (F32) tile_score_mod<fcc_tanh_accurate>(acc_s[mt], mod, fold, dist0);
+                    else tile_score_mod(acc_s[mt], mod, fold, dist0);
                 }
             }
             /* Per-element masks only where some row of the CTA sees part of the tile. */
@@ -268,6 +415,30 @@ __global__ void __launch_bounds__(K::NT)
                 cp_async_commit();
             }
 
+            if constexpr (F32) {
+                /* P stays fp32 in acc_s (split per use by pv_tile_f32). */
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    float alpha[2];
+                    tile_softmax(acc_s[mt], m_i[mt], l_i[mt], alpha, mul);
+                    tile_rescale(acc_o[mt], alpha);
+                }
+                const float *sVf = sV;
+                uint32_t san = 0;
+                if (part) { /* as below, on k8 chunks */
+                    const int w0 = m0 + warp * 16 * MT;
+                    const uint32_t chk =
+                        masked_chunks<BN / 8, 8>(vis_of(mask, w0, Sq), vis_of(mask, w0 + 16 * MT - 1, Sq), n0);
+                    const uint32_t bad = chk ? pv_bad_keys_f32<K>(sVf, g, t4, chk) : 0u;
+                    if (bad) {
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) poison_p_f32(acc_s[mt], rv[mt], n0 + 2 * t4, bad);
+                    }
+                    if (__any_sync(0xffffffffu, bad != 0)) san = chk;
+                }
+                if (san) pv_tile_f32<K, true>(acc_o, acc_s, sVf, g, t4, san);
+                else pv_tile_f32<K>(acc_o, acc_s, sVf, g, t4);
+            } else {
             uint32_t pa[MT][BN / 16][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -296,6 +467,7 @@ __global__ void __launch_bounds__(K::NT)
             }
             if (san) pv_tile<T, K, true>(acc_o, pa, sVa, v_off, san);
             else pv_tile<T, K>(acc_o, pa, sVa, v_off);
+            } /* F32 */
         }
         /* No cp.async of any thread may still target sQ (no key tile leaves
          * the Q load pending) when the warps start staging O there. */
@@ -321,10 +493,16 @@ __global__ void __launch_bounds__(K::NT)
             for (int j = 0; j < ND; ++j) {
                 const int r = warp * 16 * MT + mt * 16 + g;
                 const int c = j * 8 + 2 * t4;
-                *reinterpret_cast<uint32_t *>(sQ + r * LD + c) =
-                    Ops<T>::pack(acc_o[mt][j][0] * f[0], acc_o[mt][j][1] * f[0]);
-                *reinterpret_cast<uint32_t *>(sQ + (r + 8) * LD + c) =
-                    Ops<T>::pack(acc_o[mt][j][2] * f[1], acc_o[mt][j][3] * f[1]);
+                if constexpr (F32) {
+                    *reinterpret_cast<float2 *>(sQ + r * LD + c) = make_float2(acc_o[mt][j][0] * f[0], acc_o[mt][j][1] * f[0]);
+                    *reinterpret_cast<float2 *>(sQ + (r + 8) * LD + c) =
+                        make_float2(acc_o[mt][j][2] * f[1], acc_o[mt][j][3] * f[1]);
+                } else {
+                    *reinterpret_cast<uint32_t *>(sQ + r * LD + c) =
+                        Ops<T>::pack(acc_o[mt][j][0] * f[0], acc_o[mt][j][1] * f[0]);
+                    *reinterpret_cast<uint32_t *>(sQ + (r + 8) * LD + c) =
+                        Ops<T>::pack(acc_o[mt][j][2] * f[1], acc_o[mt][j][3] * f[1]);
+                }
             }
         }
         __syncwarp();
@@ -334,9 +512,9 @@ __global__ void __launch_bounds__(K::NT)
     }
 }
 
-/* 2-byte T; RAG adds the three key-row tables. */
+/* K::ES bytes an element; RAG adds the three key-row tables. */
 template <class K, bool RAG = false> static constexpr size_t smem_bytes() {
-    return (size_t)K::SMEM_ELEMS * 2 + (RAG ? 3 * K::BN * sizeof(int64_t) : 0);
+    return (size_t)K::SMEM_ELEMS * K::ES + (RAG ? 3 * K::BN * sizeof(int64_t) : 0);
 }
 
 /* Launches tile shape K: the plain or the modifier path (attn_fwd_tile.cuh),
@@ -387,20 +565,34 @@ template <class F> static auto with_tile(int HDp, bool small, F &&f) {
     default: return small ? f(FwdTraits<256, 4, 1, 32, false>{}) : f(FwdTraits<256, 4, 1, 64, false>{});
     }
 }
+/* The F32 shapes (3xTF32): fp32 tiles take twice the bytes and the
+ * accumulators as many registers, so one m16 tile a warp from HD 96 on
+ * (HD 128: 101 KB, sm_80's 163 KB; small: 32-key tiles, 68 KB, a 99 KB
+ * sm_86/89); HD ≥ 192: 32-key tiles (small: 2 warps, 16-key tiles). */
+template <class F> static auto with_tile_f32(int HDp, bool small, F &&f) {
+    switch (HDp) {
+    case 32: return f(FwdTraits<32, 4, 2, 64, false, 4>{});
+    case 64: return f(FwdTraits<64, 4, 2, 64, false, 4>{});
+    case 96: return f(FwdTraits<96, 4, 1, 64, false, 4>{});
+    case 128: return small ? f(FwdTraits<128, 4, 1, 32, false, 4>{}) : f(FwdTraits<128, 4, 2, 32, false, 4>{});
+    case 192: return small ? f(FwdTraits<192, 2, 1, 16, false, 4>{}) : f(FwdTraits<192, 4, 1, 32, false, 4>{});
+    default: return small ? f(FwdTraits<256, 2, 1, 16, false, 4>{}) : f(FwdTraits<256, 4, 1, 32, false, 4>{});
+    }
+}
+constexpr bool has_small_f32(int HDp) { return HDp >= 128; }
 /* Shared memory of shape (HDp, small), dense or ragged (rag). */
-static size_t tile_smem(int HDp, bool small, bool rag) {
-    return with_tile(HDp, small, [&](auto k) {
-        return rag ? smem_bytes<decltype(k), true>() : smem_bytes<decltype(k)>();
-    });
+static size_t tile_smem(bool f32, int HDp, bool small, bool rag) {
+    auto bytes = [&](auto k) { return rag ? smem_bytes<decltype(k), true>() : smem_bytes<decltype(k)>(); };
+    return f32 ? with_tile_f32(HDp, small, bytes) : with_tile(HDp, small, bytes);
 }
 /* The shape the plan's shared-memory limit takes: 0 = regular, 1 = small,
  * −1 = none fits (the generic kernel runs). */
 static int tile_fit(const fcc_attn &p) {
     const int HDp = padded_hd(p.D);
-    const bool rag = fc_attn_is_ragged(&p.a);
+    const bool rag = fc_attn_is_ragged(&p.a), f32 = p.a.dtype == FLASHC_F32;
     const size_t lim = (size_t)p.dev.smem_optin;
-    if (tile_smem(HDp, false, rag) <= lim) return 0;
-    if (has_small(HDp) && tile_smem(HDp, true, rag) <= lim) return 1;
+    if (tile_smem(f32, HDp, false, rag) <= lim) return 0;
+    if ((f32 ? has_small_f32(HDp) : has_small(HDp)) && tile_smem(f32, HDp, true, rag) <= lim) return 1;
     return -1;
 }
 
@@ -436,8 +628,11 @@ flashc_status fc_tc_fwd_variant(const fcc_attn &p, int v) {
 
 bool fcc_fwd_mma_supports(const fcc_attn &p) {
     const fc_attn &a = p.a;
-    /* F32 must stay accurate to fp32 (no TF32) and F64 in F64: generic kernel. */
-    if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
+    /* F32 stays accurate to fp32 (3xTF32, not plain TF32); F64 in F64: the
+     * generic kernel. F32 with fewer than 16 query rows a head (a decode
+     * step) would fill 1/16 of its m16 tiles: the generic kernel too. */
+    if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16 && a.dtype != FLASHC_F32) return false;
+    if (a.dtype == FLASHC_F32 && a.Sq < 16) return false;
     /* m16n8k16 bf16 needs sm_80; ldmatrix/cp.async need contiguous rows of d;
      * positions are int32 inside the kernel. */
     if (p.dev.cc < 80 || a.D < 1 || a.D > 256 || !p.d_contig || !p.fits_int32) return false;
@@ -445,7 +640,11 @@ bool fcc_fwd_mma_supports(const fcc_attn &p) {
 }
 
 flashc_status fcc_fwd_mma_run(const fcc_attn &p) {
-    return fctc::with_tile(fctc::padded_hd(p.D), fctc::tile_fit(p) == 1, [&](auto k) {
+    const int HDp = fctc::padded_hd(p.D);
+    const bool small = fctc::tile_fit(p) == 1;
+    if (p.a.dtype == FLASHC_F32)
+        return fctc::with_tile_f32(HDp, small, [&](auto k) { return fctc::run_fwd<float, decltype(k)>(p); });
+    return fctc::with_tile(HDp, small, [&](auto k) {
         using K = decltype(k);
         if (p.a.dtype == FLASHC_BF16) return fctc::run_fwd<__nv_bfloat16, K>(p);
         return fctc::run_fwd<__half, K>(p);

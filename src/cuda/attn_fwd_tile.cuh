@@ -103,26 +103,26 @@ template <int V>
 __device__ __forceinline__ float tile_dist(const float (&dist0)[2], int j, int e) {
     return FC_SCORE_NEEDS_DIST(V) ? fabsf(dist0[e >> 1] - (float)(8 * j + (e & 1))) : 0.f;
 }
-template <int V, int NJ>
+template <int V, class TANH, int NJ>
 __device__ __forceinline__ void tile_score_as(float (&s)[NJ][4], const fc_score_modf &mod, const float (&dist0)[2]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float dg; /* unused: the forward needs no derivative */
-            s[j][e] = fcc_score_step<V, fcc_tanh_fast>(mod, s[j][e], tile_dist<V>(dist0, j, e), dg);
+            s[j][e] = fcc_score_step<V, TANH>(mod, s[j][e], tile_dist<V>(dist0, j, e), dg);
         }
 }
 /* The factored step (fcc_score_inner_step): the fragment becomes `inner`,
  * the kernel folds f.outer into tile_softmax's exp2 FFMA (mul = f.outer > 0).
  * One multiply per element less than tile_score_as. */
-template <int V, int NJ>
+template <int V, class TANH, int NJ>
 __device__ __forceinline__ void tile_score_fold_as(float (&s)[NJ][4], const fc_score_foldf &f,
                                                    const float (&dist0)[2]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = fcc_score_inner_step<V, fcc_tanh_fast>(f, s[j][e], tile_dist<V>(dist0, j, e));
+        for (int e = 0; e < 4; ++e) s[j][e] = fcc_score_inner_step<V, TANH>(f, s[j][e], tile_dist<V>(dist0, j, e));
 }
 /* The modifier path's score step, factored when the factor is positive (every
  * softcap, every positive scale; negative scales without softcap take the
@@ -134,17 +134,18 @@ __device__ __forceinline__ void score_factors(const fc_score_modf &mod, float *m
     *mul_ln = *mul * FC_LN2_F;
 }
 /* fold = fc_score_fold(&mod), computed once per (b, h) by the kernel. The
- * variant is chosen per tile from the seam's list (one uniform branch). */
-template <int NJ>
+ * variant is chosen per tile from the seam's list (one uniform branch).
+ * TANH: the hardware tanh.approx (F16/BF16), or tanhf (the F32 kernel). */
+template <class TANH = fcc_tanh_fast, int NJ>
 __device__ __forceinline__ void tile_score_mod(float (&s)[NJ][4], const fc_score_modf &mod,
                                                const fc_score_foldf &fold, const float (&dist0)[2]) {
     if (fold.outer > 0.f)
         fcc_score_dispatch<FCC_SCORE_ALL_EXACT>(fc_score_fold_mode(&fold), [&](auto v) {
-            tile_score_fold_as<decltype(v)::value>(s, fold, dist0);
+            tile_score_fold_as<decltype(v)::value, TANH>(s, fold, dist0);
         });
     else
         fcc_score_dispatch<FCC_SCORE_ALL_EXACT>(fc_score_mode_off(&mod), [&](auto v) {
-            tile_score_as<decltype(v)::value>(s, mod, dist0);
+            tile_score_as<decltype(v)::value, TANH>(s, mod, dist0);
         });
 }
 /* dist0 of tile_score_mod for rows row0, row0 + 8 at column c0 (fc_alibi_dist
@@ -276,13 +277,14 @@ __device__ __forceinline__ void tile_pack_p(const float (&s)[NJ][4], uint32_t (&
  * tile, nothing on full tiles. (Keys are safe by selection: tile_mask puts
  * −inf over a masked NaN score.) */
 
-/* Bit kk: k16 chunk kk of the tile at key n0 holds a key that some row of
- * the warp (its first and last rows' ranges va, vb) cannot see. */
-template <int NKK> __device__ __forceinline__ uint32_t masked_chunks(const Vis &va, const Vis &vb, int n0) {
+/* Bit kk: chunk kk (CK keys: k16 chunks, k8 for the F32 kernel) of the
+ * tile at key n0 holds a key that some row of the warp (its first and last
+ * rows' ranges va, vb) cannot see. */
+template <int NKK, int CK = 16> __device__ __forceinline__ uint32_t masked_chunks(const Vis &va, const Vis &vb, int n0) {
     uint32_t m = 0;
 #pragma unroll
     for (int kk = 0; kk < NKK; ++kk)
-        if (!FC_TILE_FULL(va.se, vb.lo, va.hi, n0 + 16 * kk, n0 + 16 * kk + 16)) m |= 1u << kk;
+        if (!FC_TILE_FULL(va.se, vb.lo, va.hi, n0 + CK * kk, n0 + CK * kk + CK)) m |= 1u << kk;
     return m;
 }
 

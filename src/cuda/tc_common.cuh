@@ -69,6 +69,13 @@ template <> struct Ops<__nv_bfloat16> {
     }
 };
 
+/* float: the F32 forward on the tensor cores (3xTF32, below) stages its
+ * tiles and O as fp32. */
+template <> struct Ops<float> {
+    static __device__ __forceinline__ float to_f(float x) { return x; }
+    static __device__ __forceinline__ float from_f(float x) { return x; }
+};
+
 /* Non-finite halves of a register of two 16-bit values (em = Ops<T>::EXP):
  * bit 0 the low half (the lower k or column), bit 1 the high one. */
 __device__ __forceinline__ uint32_t nonfinite2(uint32_t x, uint32_t em) {
@@ -116,6 +123,50 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t 
                  : "r"(addr));
 }
 
+/* ------------------------------------------------------------ 3xTF32
+ * fp32 products on the tf32 tensor cores (mma.sync m16n8k8, sm_80+), as
+ * CUTLASS's "fast fp32" and torch's memory-efficient kernel do: x = hi + lo,
+ * both rounded to tf32 (10-bit mantissas), a·b ≈ lo_a·hi_b + hi_a·lo_b +
+ * hi_a·hi_b (the dropped lo_a·lo_b and the rounding of lo are ~2^-22 of
+ * a·b), accumulated in fp32. Fragment layouts of m16n8k8 .tf32 (g = lane / 4,
+ * t = lane % 4): A a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
+ * B b0 = (k t, n g), b1 = (k t+4, n g); C as m16n8k16's. An ldmatrix of
+ * 8 rows × 16 bytes gives thread (g, t) word t of row g: the A and B
+ * fragments of fp32 rows in smem (row-major Q and K) with ldsm_x4. */
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+    const float r = x - __uint_as_float(hi); /* exact */
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(r));
+}
+__device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* c += a·b in 3xTF32 (the small terms first), accumulated in c itself
+ * (mma_3xtf32_acc), or into a zeroed fragment added to c in fp32
+ * (mma_3xtf32). The tensor cores round an accumulation toward zero:
+ * accumulated in place over a long loop whose running sum keeps its sign
+ * (O over thousands of keys), that bias grows with the loop (rel-L2 3e-5
+ * at 4k keys, H100); a short sum's (a k-step of S = Q·Kᵀ, 16 keys of P·V)
+ * has no preferred sign from one to the next. */
+__device__ __forceinline__ void mma_3xtf32_acc(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                               uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+    mma_tf32(c, al, bh0, bh1);
+    mma_tf32(c, ah, bl0, bl1);
+    mma_tf32(c, ah, bh0, bh1);
+}
+__device__ __forceinline__ void mma_3xtf32(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                           uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+    float t[4] = {0.f, 0.f, 0.f, 0.f};
+    mma_tf32(t, al, bh0, bh1);
+    mma_tf32(t, ah, bl0, bl1);
+    mma_tf32(t, ah, bh0, bh1);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[e] += t[e];
+}
+
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -123,7 +174,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 /* Loads rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch
- * HD + 8, zero-filling rows ≥ nrows and columns ≥ D up to HD, by NT threads
+ * HD + EPC (EPC = 16 / sizeof(T) elements: 8 of 2 bytes, 4 floats),
+ * zero-filling rows ≥ nrows and columns ≥ D up to HD, by NT threads
  * (tid < NT): tile row r (row row0 + r of the slice) starts at base + off(r),
  * unit d stride (off(r) may be asked for any r < R; only rows < nrows are
  * read). vec (16-byte aligned rows, D % 8 == 0): cp.async, to be waited for
@@ -132,14 +184,14 @@ __device__ __forceinline__ float exp2_approx(float x) {
 template <typename T, int HD, int R, int NT, int PF = 0, class Off>
 __device__ __forceinline__ void load_rows_at(T *s, const T *base, Off off, int row0, int nrows, int D, bool vec,
                                              int tid) {
-    constexpr int CPR = HD / 8, LD = HD + 8; /* 16-byte chunks per row; smem pitch */
+    constexpr int EPC = 16 / (int)sizeof(T), CPR = HD / EPC, LD = HD + EPC; /* 16-byte chunks per row; smem pitch */
     if (vec) {
 #pragma unroll
         for (int idx = tid; idx < R * CPR; idx += NT) {
             const int r = idx / CPR, c = idx % CPR;
-            const bool ok = (row0 + r < nrows) && (c * 8 < D);
-            const T *src = ok ? base + off(r) + c * 8 : base;
-            cp_async16<PF>(smem_u32(s + r * LD + c * 8), src, ok);
+            const bool ok = (row0 + r < nrows) && (c * EPC < D);
+            const T *src = ok ? base + off(r) + c * EPC : base;
+            cp_async16<PF>(smem_u32(s + r * LD + c * EPC), src, ok);
         }
     } else {
         for (int idx = tid; idx < R * CPR; idx += NT) {
@@ -147,8 +199,8 @@ __device__ __forceinline__ void load_rows_at(T *s, const T *base, Off off, int r
             const bool rok = row0 + r < nrows;
             const T *src = base + off(r);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const int d = c * 8 + e;
+            for (int e = 0; e < EPC; ++e) {
+                const int d = c * EPC + e;
                 s[r * LD + d] = (rok && d < D) ? src[d] : Ops<T>::from_f(0.f);
             }
         }
