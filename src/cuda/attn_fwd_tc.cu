@@ -27,7 +27,10 @@
  *
  * F32 (T = float, FwdTraits ES = 4): the same schedule on mma.sync
  * m16n8k8 tf32 with every product in 3xTF32 (tc_common.cuh: fp32 accuracy,
- * as torch's memory-efficient kernel), tiles and O staged as fp32 (pitch
+ * as torch's memory-efficient kernel; S accumulated in place, O a fresh
+ * fragment per 16 keys added in fp32, since the tensor cores round an
+ * accumulation toward zero and O's running sum keeps its sign over
+ * thousands of keys), tiles and O staged as fp32 (pitch
  * HD + 4), Q and K fragments by ldmatrix (8 rows × 4 floats per matrix),
  * P kept in fp32 and split per use, V read by 32-bit loads with the keys of
  * a k8 chunk in the order the C fragment of S holds them (slot t ↔ key 2t,

@@ -1,7 +1,8 @@
 /*
  * tc_common.cuh — private helpers of the tensor-core attention kernels
  * (attn_fwd_tc.cu, attn_bwd_tc.cu): PTX wrappers for cp.async, ldmatrix and
- * mma.sync m16n8k16 (sm_80+), per-dtype packing, and the error helper.
+ * mma.sync m16n8k16 (sm_80+), the m16n8k8 tf32 products of the F32
+ * forward (3xTF32, below), per-dtype packing, and the error helper.
  *
  * Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), as the PTX
  * ISA defines them and as every kernel here relies on:
