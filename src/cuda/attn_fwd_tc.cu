@@ -140,8 +140,8 @@ __device__ __forceinline__ void qk_tile_f32(float (&acc_s)[K::MT][K::BN / 8][4],
             for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(b[e]), bh[e], bl[e]);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                mma_3xtf32_acc(acc_s[mt][2 * jj], qh[mt], ql[mt], bh[0], bh[1], bl[0], bl[1]);
-                mma_3xtf32_acc(acc_s[mt][2 * jj + 1], qh[mt], ql[mt], bh[2], bh[3], bl[2], bl[3]);
+                mma_3xtf32(acc_s[mt][2 * jj], qh[mt], ql[mt], bh[0], bh[1], bl[0], bl[1]);
+                mma_3xtf32(acc_s[mt][2 * jj + 1], qh[mt], ql[mt], bh[2], bh[3], bl[2], bl[3]);
             }
         }
     }
@@ -174,7 +174,7 @@ __device__ __forceinline__ void pv_tile_f32(float (&acc_o)[K::MT][K::HD / 8][4],
 #pragma unroll
         for (int dd = 0; dd < K::HD / 8; ++dd) {
             /* The 16 keys' products into a zeroed fragment, added to O in
-             * fp32 (mma_3xtf32: O's long accumulation stays unbiased). */
+             * fp32 (tc_common.cuh, mma_3xtf32: O's long sum stays unbiased). */
             float t[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) t[mt][0] = t[mt][1] = t[mt][2] = t[mt][3] = 0.f;
@@ -191,7 +191,7 @@ __device__ __forceinline__ void pv_tile_f32(float (&acc_o)[K::MT][K::HD / 8][4],
                 tf32_split(x0, bh0, bl0);
                 tf32_split(x1, bh1, bl1);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) mma_3xtf32_acc(t[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
+                for (int mt = 0; mt < MT; ++mt) mma_3xtf32(t[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)

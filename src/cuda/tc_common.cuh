@@ -145,27 +145,17 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-/* c += a·b in 3xTF32 (the small terms first), accumulated in c itself
- * (mma_3xtf32_acc), or into a zeroed fragment added to c in fp32
- * (mma_3xtf32). The tensor cores round an accumulation toward zero:
- * accumulated in place over a long loop whose running sum keeps its sign
- * (O over thousands of keys), that bias grows with the loop (rel-L2 3e-5
- * at 4k keys, H100); a short sum's (a k-step of S = Q·Kᵀ, 16 keys of P·V)
- * has no preferred sign from one to the next. */
-__device__ __forceinline__ void mma_3xtf32_acc(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
-                                               uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+/* c += a·b in 3xTF32 (the small terms first), accumulated in c. The tensor
+ * cores round an accumulation toward zero: in an accumulator whose running
+ * sum keeps its sign over a long loop (O over thousands of keys) that bias
+ * grows with the loop (rel-L2 3e-5 at 4k keys, H100), so such a caller
+ * passes a zeroed fragment for a short stretch (16 keys of P·V) and adds it
+ * in fp32; a k-step's partial sums of S = Q·Kᵀ walk both signs (in place). */
+__device__ __forceinline__ void mma_3xtf32(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                           uint32_t bh1, uint32_t bl0, uint32_t bl1) {
     mma_tf32(c, al, bh0, bh1);
     mma_tf32(c, ah, bl0, bl1);
     mma_tf32(c, ah, bh0, bh1);
-}
-__device__ __forceinline__ void mma_3xtf32(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
-                                           uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-    float t[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_tf32(t, al, bh0, bh1);
-    mma_tf32(t, ah, bl0, bl1);
-    mma_tf32(t, ah, bh0, bh1);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[e] += t[e];
 }
 
 __device__ __forceinline__ float exp2_approx(float x) {
