@@ -9,7 +9,7 @@ calls); SDPA with torch's own backend choice for float32 (the memory-efficient
 kernel: tensor cores with 3xTF32, i.e. float32 accuracy) — also forced with
 sdpa_kernel(EFFICIENT_ATTENTION) so the row says which kernel it is. Accuracy
 next to speed: relative L2 error of each against a float64 SDPA (math backend) on
-the same inputs. TFLOP/s: forward 4·B·H·S²·D (halved when causal), backward
+the same inputs (gradients: the largest of dq/dk/dv's, head 0 of batch 0). TFLOP/s: forward 4·B·H·S²·D (halved when causal), backward
 2.5× forward. Timing: bench_gpu.bench (CUDA events, median).
 """
 import argparse
@@ -72,6 +72,12 @@ def main():
                 r["efficient_fwd"] = flops / (ms * 1e-3) / 1e12
                 line += " | efficient %6.1f" % r["efficient_fwd"]
                 if not args.no_bwd:
+                    # float64 gradients of head 0 of batch 0 (SDPA's math backend)
+                    q1, k1, v1 = (x[:1, :, :1].double().requires_grad_() for x in (q, k, v))
+                    o1 = F.scaled_dot_product_attention(q1.transpose(1, 2), k1.transpose(1, 2), v1.transpose(1, 2),
+                                                        is_causal=causal)
+                    o1.transpose(1, 2).backward(do[:1, :, :1].double())
+                    grad_ref = (q1.grad, k1.grad, v1.grad)
                     for name in ("flashc", "sdpa"):
                         qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
 
@@ -85,7 +91,14 @@ def main():
                             o.backward(do)
                         ms = bench_gpu.bench(step, max(5, args.reps // 2))
                         r[name + "_fb"] = 3.5 * flops / (ms * 1e-3) / 1e12
-                    line += " | fwd+bwd flashc %6.1f sdpa %6.1f" % (r["flashc_fb"], r["sdpa_fb"])
+                        # gradient error: one fresh call, head 0 of batch 0 against float64
+                        for x in (qq, kk, vv):
+                            x.grad = None
+                        step()
+                        r[name + "_gerr"] = max(rel(x.grad[:1, :, :1], gr)
+                                                for x, gr in zip((qq, kk, vv), grad_ref))
+                    line += " | fwd+bwd flashc %6.1f sdpa %6.1f (grad err %.1e / %.1e)" % (
+                        r["flashc_fb"], r["sdpa_fb"], r["flashc_gerr"], r["sdpa_gerr"])
                 print(line, flush=True)
                 rows.append(r)
                 del q, k, v, do, qt, kt, vt

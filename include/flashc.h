@@ -131,10 +131,10 @@
  * (the CUDA backend rounds P to the input type before P·V for F16/BF16, as
  * FlashAttention does) and the output is rounded to the input dtype. F32
  * never uses plain TF32: its CUDA forward (compute capability 8.0+, 16 or
- * more query rows) runs on the tensor cores with every product split into
- * three TF32 products (x = hi + lo, a·b ≈ lo·hi + hi·lo + hi·hi, as torch's
- * memory-efficient kernel does), accumulated in fp32: errors of the order
- * of a naive fp32 implementation's. On CPUs with AVX512-BF16 or AMX-BF16 (flashc_cpu_features()),
+ * more query rows) and backward (8.0+, D <= 128) run on the tensor cores
+ * with every product split into three TF32 products (x = hi + lo, a·b ≈
+ * lo·hi + hi·lo + hi·hi, as torch's memory-efficient kernel does),
+ * accumulated in fp32: errors of the order of a naive fp32 implementation's. On CPUs with AVX512-BF16 or AMX-BF16 (flashc_cpu_features()),
  * the CPU forward of BF16 inputs uses bf16 products with fp32 accumulation
  * (AMX: the tile unit's TDPBF16PS, which flushes denormal inputs and
  * results to zero): S = Q·Kᵀ

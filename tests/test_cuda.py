@@ -494,6 +494,75 @@ def test_f32_tensor_core_ragged(rng, page):
         assert_close(o[b:b + 1], ro, no, "float32", "o of sequence %d" % b)
 
 
+# The F32 backward on the tensor cores (attn_bwd_tc.cu: 3xTF32 on mma.sync
+# m16n8k8 at padded head dims ≤ 128, dense and ragged; D > 128 keeps the
+# generic kernel): every gradient within the naive float32 backward's
+# tolerance and within a small factor of the generic SIMT kernel's error.
+_F32_BWD_CASES = {
+    "d64": (2, 200, 230, 4, 2, 64, dict()),
+    "d128-causal": (1, 300, 300, 4, 4, 128, dict(causal=True)),
+    "d33-window-sinktok": (2, 150, 170, 6, 2, 33, dict(causal=True, window=(40, 0), sink_tokens=3)),
+    "d80-sinks": (1, 130, 90, 4, 1, 80, dict(use_sinks=True)),
+    "d96-softcap-alibi": (1, 160, 200, 4, 2, 96, dict(causal=True, softcap=8.0, alibi=True)),
+    "d128-sq-gt-sk": (1, 200, 70, 2, 2, 128, dict(causal=True)),
+    "d17-neg-scale": (1, 64, 64, 2, 2, 17, dict(softmax_scale=-0.3)),
+    "d128-gqa-softcap-window": (2, 100, 140, 8, 2, 128, dict(softcap=20.0, window=(50, 20), use_sinks=True)),
+    "d192-generic": (1, 40, 50, 2, 1, 192, dict(causal=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(_F32_BWD_CASES))
+def test_f32_tensor_core_backward(rng, monkeypatch, name):
+    B, Sq, Sk, Hq, Hkv, D, kw = _F32_BWD_CASES[name]
+    kw = dict(kw)
+    use_sinks, alibi = kw.pop("use_sinks", False), kw.pop("alibi", False)
+    q, k, v = (rand(rng, s, "float32") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    do = rand(rng, q.shape, "float32")
+    if use_sinks:
+        kw["sinks"] = (rng.standard_normal(Hq) * 2).astype(np.float32)
+    if alibi:
+        kw["alibi_slopes"] = (2.0 ** (-8.0 * (np.arange(Hq) + 1) / Hq)).astype(np.float32)
+    T = fcuda.to_device
+    dkw = {n: T(x) if n in ("sinks", "alibi_slopes") else x for n, x in kw.items()}
+    dq_, dk_, dv_, ddo = (T(x) for x in (q, k, v, do))
+    o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True, **dkw)
+    g1 = [g.numpy() for g in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, **dkw)]
+    g2 = [g.numpy() for g in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, **dkw)]
+    for a, b in zip(g1, g2):
+        assert a.tobytes() == b.tobytes(), "two runs differ"
+    monkeypatch.setenv("FLASHC_CUDA_KERNEL", "generic")
+    gg = [g.numpy() for g in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, **dkw)]
+    ref = attention_backward_reference(do, q, k, v, **kw)
+    naive = attention_backward_naive(do, q, k, v, o.numpy(), lse.numpy(), "float32", **kw)
+    for what, g, r, n, ge in zip(("dq", "dk", "dv", "dsinks"), g1, ref, naive, gg):
+        eg = max_abs_err(ge, r)
+        e, tol = assert_close(g, r, n, "float32", "%s (generic kernel's error %.3g)" % (what, eg))
+        assert e <= max(4.0 * eg, tol / 3), "%s error %.3g, generic kernel %.3g" % (what, e, eg)
+
+
+def test_f32_tensor_core_backward_long(rng, monkeypatch):
+    """4096 rows and keys with dO and V of one sign on average (dV, dK and dQ
+    sum thousands of terms that do not cancel): the tensor cores round an
+    accumulation toward zero, so gradients summed in one accumulator drift
+    (tc_common.cuh, mma_3xtf32); rel-L2 against float64 within 2x the generic
+    SIMT kernel's."""
+    B, S, H, D = 1, 4096, 1, 128
+    q, k = (rand(rng, (B, S, H, D), "float32") for _ in range(2))
+    v = rand(rng, (B, S, H, D), "float32") + np.float32(0.5)
+    do = rand(rng, (B, S, H, D), "float32") + np.float32(0.5)
+    T = fcuda.to_device
+    dq_, dk_, dv_, ddo = (T(x) for x in (q, k, v, do))
+    o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True)
+    g = [x.numpy() for x in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse)]
+    monkeypatch.setenv("FLASHC_CUDA_KERNEL", "generic")
+    gg = [x.numpy() for x in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse)]
+    ref = attention_backward_reference(do, q, k, v)
+    rl2 = lambda a, r: float(np.linalg.norm(a.astype(np.float64) - r) / np.linalg.norm(r))  # noqa: E731
+    for what, a, b, r in zip(("dq", "dk", "dv"), g, gg, ref):
+        e, eg = rl2(a, r), rl2(b, r)
+        assert e <= max(2.0 * eg, 2e-6), "%s rel-L2 %.3g, generic kernel %.3g" % (what, e, eg)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("B,Hq,Hkv", [(1, 70000, 70000), (70000, 1, 1), (300, 256, 64)],
                          ids=["heads>65535", "batch>65535", "BH-large"])

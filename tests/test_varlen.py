@@ -572,7 +572,8 @@ def test_cuda_device_arrays_vs_cpu(rng, dtype, mask):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("D,dtype", [(64, "float16"), (128, "bfloat16"), (96, "bfloat16"), (256, "float16")])
+@pytest.mark.parametrize("D,dtype", [(64, "float16"), (128, "bfloat16"), (96, "bfloat16"), (256, "float16"),
+                                     (128, "float32")])
 @pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window=(150, 20), sink_tokens=3, use_sinks=True),
                                   dict(causal=True, mods="both"), dict(mods="softcap")],
                          ids=["plain", "causal", "window_sinks", "causal_mods", "softcap"])
@@ -618,7 +619,7 @@ def test_cuda_long_sequences(rng, D, dtype, mask):
 @pytest.mark.cuda
 @pytest.mark.parametrize("poison", [False, True], ids=["clean", "poisoned_neighbours"])
 @pytest.mark.parametrize("D,dtype", [(64, "float16"), (128, "bfloat16"), (96, "bfloat16"), (72, "float16"),
-                                     (256, "bfloat16")])
+                                     (256, "bfloat16"), (128, "float32"), (40, "float32")])
 @pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(window=(150, 20), sink_tokens=3, use_sinks=True),
                                   dict(causal=True, mods="both", use_sinks=True), dict(mods="softcap")],
                          ids=["plain", "causal", "window_sinks", "causal_mods_sinks", "softcap"])

@@ -1,6 +1,7 @@
 /*
  * attn_bwd_tc.cu — tensor-core attention backward for F16/BF16 (sm_80+),
- * FlashAttention-2 schedule on mma.sync m16n8k16 (tc_common.cuh).
+ * FlashAttention-2 schedule on mma.sync m16n8k16 (tc_common.cuh), and for
+ * F32 at D ≤ 128 the same schedule on m16n8k8 tf32 in 3xTF32 (below).
  *
  *   inputs  dout, q, o [B, Sq, Hq, D]; k, v [B, Sk, Hkv, D]; lse [B, Hq, Sq] f32
  *   outputs dq [B, Sq, Hq, D]; dk, dv [B, Sk, Hkv, D]; dsinks [Hq] f32
@@ -54,6 +55,14 @@
  * the tile's columns — no product computed twice, half the registers.
  * Ragged (varlen) problems: the RAG instantiations (attn_ragged.cuh); the
  * dense ones (RAG = false) are the code of before.
+ * F32 (T = float): fp32 tiles (pitch HD + 4), 32-row query tiles (dK/dV)
+ * and 32-key tiles (dQ); Sᵀ, dPᵀ (S, dP) by tile_abt_3xtf32 (ldmatrix
+ * fragments split into tf32 hi + lo), P and dS kept fp32 and split once a
+ * tile into A fragments in the C fragment's column order, their B rows (dO,
+ * Q; K) read as 32-bit values in that order (tile_ab_3xtf32, each column
+ * tile summed in a zeroed fragment and added in fp32: dK/dV/dQ sum
+ * thousands of terms); the accurate tanh; no atomic path; HD 128 takes one
+ * buffer so that two CTAs share an SM (bwd_nbuf).
  */
 #include "attn_bwd_tile.cuh"
 #include "tc_common.cuh"
@@ -77,6 +86,14 @@ static_assert(BN == BQ, "the staged dS tiles of both kernels share the pitch LDS
 /* Column slices of a head row for padded head dim HD (see above). */
 constexpr int col_slices(int HD) { return HD > 128 ? 2 : 1; }
 
+/* F32 (3xTF32, HD ≤ 128): query tiles of 32 rows (dK/dV) and key tiles of
+ * 32 keys (dQ) — the fp32 tiles take twice the bytes and the split operands
+ * the registers; the smem pitch is HD + 16 / sizeof(T) elements (16 bytes
+ * of pad: HD + 8 of 2 bytes, HD + 4 floats). */
+template <typename T> constexpr int bq_of() { return sizeof(T) == 4 ? 32 : BQ; }
+template <typename T> constexpr int bn_of() { return sizeof(T) == 4 ? 32 : BN; }
+template <typename T> constexpr int epc_of() { return 16 / (int)sizeof(T); }
+
 /* Shared memory (bytes) of the dK/dV kernel: K, V, NB×Q, NB×dO tiles of T,
  * the staged dSᵀ (atomic dQ or wide heads) and Pᵀ (wide heads), 2×(L, Δ)
  * fp32, 2× the tile's score modifiers (fc_score_modf, padded to 4 floats);
@@ -85,14 +102,16 @@ constexpr int col_slices(int HD) { return HD > 128 ? 2 : 1; }
  * products) or 1 (GPUs with less shared memory: load after the products).
  * rag: the key-row tables of the ragged kernels (attn_ragged.cuh): K and V
  * of the block (dK/dV), of each buffer (dQ). */
+template <typename T>
 constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false, int nb = 2) {
-    return ((size_t)(2 * BK + 2 * nb * BQ) * (HD + 8) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
-            (col_slices(HD) > 1 ? BK * LDS : 0)) * 2 +
-           (4 * BQ + 8) * sizeof(float) + (rag ? 2 * BK * sizeof(int64_t) : 0);
+    return ((size_t)(2 * BK + 2 * nb * bq_of<T>()) * (HD + epc_of<T>()) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
+            (col_slices(HD) > 1 ? BK * LDS : 0)) * sizeof(T) +
+           (4 * bq_of<T>() + 8) * sizeof(float) + (rag ? 2 * BK * sizeof(int64_t) : 0);
 }
-constexpr size_t dq_smem(int HD, bool rag = false, int nb = 2) {
-    return ((size_t)(2 * BM + 2 * nb * BN) * (HD + 8) + (col_slices(HD) > 1 ? BM * LDS : 0)) * 2 +
-           (rag ? 2 * nb * BN * sizeof(int64_t) : 0);
+template <typename T> constexpr size_t dq_smem(int HD, bool rag = false, int nb = 2) {
+    return ((size_t)(2 * BM + 2 * nb * bn_of<T>()) * (HD + epc_of<T>()) + (col_slices(HD) > 1 ? BM * LDS : 0)) *
+               sizeof(T) +
+           (rag ? 2 * nb * bn_of<T>() * sizeof(int64_t) : 0);
 }
 /* Single-buffered instances exist for the head dims where they decide
  * whether a GPU runs tensor cores at all: HD 128 at 99 KB (sm_86/89), HD
@@ -245,7 +264,9 @@ __device__ __forceinline__ void dq_atomic_add(float *dst, uint32_t sdSa, uint32_
 template <typename T, int HD, bool ATOMIC, int V, bool RAG, int NB = 2>
 __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
     bwd_dkdv_kernel(const __grid_constant__ fcc_attn p, int nkb, const float *Lb, const float *Db, float *dQacc) {
-    constexpr int LD = HD + 8;
+    constexpr bool F32 = sizeof(T) == 4; /* 3xTF32 products (tile_abt_3xtf32, tile_ab_3xtf32) */
+    constexpr int BQ = bq_of<T>();       /* query rows a tile (the F16/BF16 constant, or F32's) */
+    constexpr int EPC = epc_of<T>(), LD = HD + EPC;
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     constexpr int CS = col_slices(HD);
     constexpr int NTC = NT * CS;  /* threads */
@@ -254,6 +275,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     constexpr int KQ = BQ / 16;     /* k16 chunks of the query rows */
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
     static_assert(!(ATOMIC && CS > 1), "wide heads: deterministic dQ kernel only");
+    static_assert(!F32 || (!ATOMIC && CS == 1), "F32: HD ≤ 128, deterministic dQ kernel");
     static_assert(NB == 2 || (NB == 1 && !ATOMIC), "buffers of the streamed Q/dO tiles");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw); /* [BK][LD] */
@@ -355,8 +377,8 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
 
     /* ldmatrix lane offsets (elements): A rows of this warp's keys; B of a
      * [n][k] tile (non-trans); B of a [k][n] tile (trans). */
-    const int a_off = (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
-    const int bn_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
+    const int a_off = (warp * 16 + (lane & 15)) * LD + (lane >> 4) * EPC;
+    const int bn_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * EPC;
     const int bt_off = (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
     const uint32_t sKa = smem_u32(sK), sVa = smem_u32(sV);
 
@@ -381,9 +403,6 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         const uint32_t sQa = smem_u32(sQ + buf * BQ * LD), sdOa = smem_u32(sdO + buf * BQ * LD);
         const float *Lt = sL + buf * BQ, *Dt = sDl + buf * BQ;
 
-        float acc_s[NJ][4], acc_dp[NJ][4];
-        uint32_t pa[NJ / 2][4], da[NJ / 2][4];
-        tile_abt<T, HD, NJ>(acc_s, sKa, a_off, sQa + 2 * qo * LD, bn_off); /* Sᵀ = K Qᵀ */
         /* Does every row of the tile see every key of the block? Then no per-element mask. */
         const bool full =
             tile_full<BK>(vis_of(mask, i0, Sq), vis_of(mask, min(i0 + BQ, iend) - 1, Sq), n0, Sk);
@@ -394,6 +413,26 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
             mod.cap = sMod[buf * 4 + 1];
             mod.slope = sMod[buf * 4 + 2];
         }
+        if constexpr (F32) {
+            /* 3xTF32: Sᵀ, Pᵀ (MOD: P in pv, P·g in s), dPᵀ, dSᵀ in fp32; P and
+             * dS split once a tile into the A fragments of dV += Pᵀ dO and
+             * dK += dSᵀ Q, whose B rows (dO, Q) are read in the fragments' order. */
+            float s[1][NJ][4], dp[1][NJ][4], pv[NJ][4];
+            tile_abt_3xtf32<1, NJ, HD, LD, true>(s, sKa, a_off, sQa, bn_off); /* Sᵀ = K Qᵀ */
+            dkdv_p<V, NJ, NJ, fcc_tanh_accurate>(p, mask, sp.score(p), mod, s[0], pv, 0, Lt, i0, iend, key0, t4,
+                                                 full, vis);
+            tile_abt_3xtf32<1, NJ, HD, LD, true>(dp, sVa, a_off, sdOa, bn_off); /* dPᵀ = V dOᵀ */
+            dkdv_ds(dp[0], s[0], Dt, t4, full, vis);
+            uint32_t ah[NJ][4], al[NJ][4];
+            if constexpr (MOD) split_c_as_a(pv, ah, al);
+            else split_c_as_a(s[0], ah, al);
+            tile_ab_3xtf32<NJ, HD / 8, LD>(acc_dv, ah, al, sdO + buf * BQ * LD, 0, g, t4);
+            split_c_as_a(dp[0], ah, al);
+            tile_ab_3xtf32<NJ, HD / 8, LD>(acc_dk, ah, al, sQ + buf * BQ * LD, 0, g, t4);
+        } else {
+        float acc_s[NJ][4], acc_dp[NJ][4];
+        uint32_t pa[NJ / 2][4], da[NJ / 2][4];
+        tile_abt<T, HD, NJ>(acc_s, sKa, a_off, sQa + 2 * qo * LD, bn_off); /* Sᵀ = K Qᵀ */
         if (MOD && CS == 1) {
             /* Per k16 chunk of query rows: P, P·g, then at once dV += Pᵀ dO for
              * the chunk, so that only P·g stays live through dPᵀ (P and g of
@@ -453,7 +492,8 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
                     }
             }
         }
-        if (ATOMIC) {
+        } /* F16/BF16 */
+        if constexpr (ATOMIC) {
             __syncthreads(); /* all of dSᵀ staged */
             const int64_t row = fcc_rowbuf_at<RAG>(a, fcc_seq_of<RAG>(a, b), b, h, 0);
             /* K chunks some of this warp's rows cannot see: read with non-finite values as 0. */
@@ -499,12 +539,15 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
 template <typename T, int HD, int V, bool RAG, int NB = 2>
 __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 2)
     bwd_dq_kernel(const __grid_constant__ fcc_attn p, int nqb, const float *Lb, const float *Db) {
-    constexpr int LD = HD + 8;
+    constexpr bool F32 = sizeof(T) == 4; /* 3xTF32 products, as the dK/dV kernel's */
+    constexpr int BN = bn_of<T>();       /* keys a tile (the F16/BF16 constant, or F32's) */
+    constexpr int EPC = epc_of<T>(), LD = HD + EPC;
     constexpr int CS = col_slices(HD);
     constexpr int NTC = NT * CS;
     constexpr int NJ = BN / 8 / CS, ND = HD / 8 / CS; /* per warp: n8 tiles of S/dP, of dQ */
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     static_assert(NJ * 4 <= 32, "one visibility bit per fragment element");
+    static_assert(!F32 || CS == 1, "F32: HD ≤ 128");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw); /* [BM][LD] */
     T *sdO = sQ + BM * LD;                   /* [BM][LD] */
@@ -587,8 +630,8 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     if (kt.first < kt.b1) load_kv(kt.first, 0);
     cp_async_commit();
 
-    const int a_off = (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
-    const int bn_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
+    const int a_off = (warp * 16 + (lane & 15)) * LD + (lane >> 4) * EPC;
+    const int bn_off = ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * EPC;
     const int bt_off = (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
     const uint32_t sQa = smem_u32(sQ), sdOa = smem_u32(sdO);
 
@@ -615,6 +658,21 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         const uint32_t sKa = smem_u32(sK + buf * BN * LD), sVa = smem_u32(sV + buf * BN * LD);
         const bool full = tile_full<BN>(vfirst, vlast, n0, Sk);
 
+        if constexpr (F32) { /* 3xTF32 (the dK/dV kernel's note) */
+            float s[1][NJ][4], dp[1][NJ][4];
+            tile_abt_3xtf32<1, NJ, HD, LD, true>(s, sQa, a_off, sKa, bn_off); /* S = Q Kᵀ */
+            const uint32_t vis = dq_p<V, NJ, fcc_tanh_accurate>(p, sp.score(p), mod, s[0], rv, Lr, row0, n0, t4, full);
+            tile_abt_3xtf32<1, NJ, HD, LD, true>(dp, sdOa, a_off, sVa, bn_off); /* dP = dO Vᵀ */
+            dq_ds(dp[0], s[0], Dr, full, vis);
+            uint32_t ah[NJ][4], al[NJ][4];
+            split_c_as_a(dp[0], ah, al);
+            /* dQ += dS K; K chunks some row of this warp cannot see: non-finite values as 0. */
+            const uint32_t san = full ? 0u
+                : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq), vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
+            const float *Kt = sK + buf * BN * LD;
+            if (san) tile_ab_3xtf32<NJ, HD / 8, LD, true>(acc_dq, ah, al, Kt, 0, g, t4, san);
+            else tile_ab_3xtf32<NJ, HD / 8, LD>(acc_dq, ah, al, Kt, 0, g, t4);
+        } else {
         float acc_s[NJ][4], acc_dp[NJ][4];
         uint32_t da[NJ / 2][4];
         tile_abt<T, HD, NJ>(acc_s, sQa, a_off, sKa + 2 * ko * LD, bn_off); /* S = Q Kᵀ */
@@ -644,6 +702,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
             if (san) tile_ab<T, HD, BN / 16, true>(acc_dq, da, sKa, bt_off, san);
             else tile_ab<T, HD, BN / 16>(acc_dq, da, sKa, bt_off);
         }
+        } /* F16/BF16 */
         if constexpr (NB == 1) { /* the one buffer (and its tables) take tile tn once everyone is done */
             __syncthreads();
             if (tn < kt.b1) {
@@ -698,18 +757,25 @@ static int padded_hd(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 
  * measured faster (H100, bf16: HD ≤ 64 at S = 4k, +1–5 %); at HD = 128 and
  * at S = 1k the separate dQ kernel was faster (benchmarks/NOTES.md). */
 static bool use_atomic(const fcc_attn &p) {
-    return p.a.deterministic == 0 && padded_hd(p.D) <= 64 && p.Sk >= 2048 &&
-           dkdv_smem(padded_hd(p.D), true, fc_attn_is_ragged(&p.a)) <= (size_t)p.dev.smem_optin;
+    return p.a.deterministic == 0 && p.a.dtype != FLASHC_F32 && padded_hd(p.D) <= 64 && p.Sk >= 2048 &&
+           dkdv_smem<__half>(padded_hd(p.D), true, fc_attn_is_ragged(&p.a)) <= (size_t)p.dev.smem_optin;
 }
 
 /* Buffers of the streamed tiles (dkdv_smem) the plan's shared-memory limit
- * takes for the deterministic kernels: 2, 1 (has_nb1), or 0 (none fits). */
+ * takes for the deterministic kernels: 2, 1 (has_nb1), or 0 (none fits).
+ * F32 takes 1 where only that lets two CTAs share an SM (HD 128: 4 warps a
+ * CTA cannot hide the split products' latencies alone). */
 static int bwd_nbuf(const fcc_attn &p) {
     const int HD = padded_hd(p.D);
-    const bool rag = fc_attn_is_ragged(&p.a);
+    const bool rag = fc_attn_is_ragged(&p.a), f32 = p.a.dtype == FLASHC_F32;
     const size_t lim = (size_t)p.dev.smem_optin;
-    if (std::max(dkdv_smem(HD, false, rag), dq_smem(HD, rag)) <= lim) return 2;
-    if (has_nb1(HD) && std::max(dkdv_smem(HD, false, rag, 1), dq_smem(HD, rag, 1)) <= lim) return 1;
+    auto need = [&](int nb) {
+        return f32 ? std::max(dkdv_smem<float>(HD, false, rag, nb), dq_smem<float>(HD, rag, nb))
+                   : std::max(dkdv_smem<__half>(HD, false, rag, nb), dq_smem<__half>(HD, rag, nb));
+    };
+    if (f32 && has_nb1(HD) && 2 * need(2) > lim && 2 * need(1) <= lim) return 1;
+    if (need(2) <= lim) return 2;
+    if (has_nb1(HD) && need(1) <= lim) return 1;
     return 0;
 }
 
@@ -720,7 +786,7 @@ static flashc_status run_bwd_det(const fcc_attn &p, const float *Lb, const float
     const int nkb = (p.Sk + BK - 1) / BK;
     const unsigned gk = (unsigned)((int64_t)nkb * p.Hkv * p.a.B);
     auto kern = bwd_dkdv_kernel<T, HD, false, V, RAG, NB>;
-    constexpr size_t smem_kv = dkdv_smem(HD, false, RAG, NB), smem_q = dq_smem(HD, RAG, NB);
+    constexpr size_t smem_kv = dkdv_smem<T>(HD, false, RAG, NB), smem_q = dq_smem<T>(HD, RAG, NB);
     FCC_TRY(fcc_set_smem((const void *)kern, smem_kv, "attn_bwd_tc (dK/dV)"));
     kern<<<gk, NT * col_slices(HD), smem_kv, st>>>(p, nkb, Lb, Db, nullptr);
     FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
@@ -736,7 +802,7 @@ static flashc_status run_bwd_det(const fcc_attn &p, const float *Lb, const float
  * one's blocks; the kernels add their key-row tables to shared memory. */
 template <typename T, int HD, int V, bool RAG>
 static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db, float *dQacc) {
-    if constexpr (HD <= 64) { /* the atomic path exists only where it is used */
+    if constexpr (HD <= 64 && sizeof(T) == 2) { /* the atomic path exists only where it is used */
         if (dQacc) {
             cudaStream_t st = fcc_stream(p.a.stream);
             const int nkb = (p.Sk + BK - 1) / BK;
@@ -745,7 +811,7 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
             const int64_t nrows = rb.nb * p.Hq * rb.nq;
             FCC_CHECK(cudaMemsetAsync(dQacc, 0, (size_t)nrows * HD * sizeof(float), st));
             auto kern = bwd_dkdv_kernel<T, HD, true, V, RAG>;
-            constexpr size_t smem = dkdv_smem(HD, true, RAG);
+            constexpr size_t smem = dkdv_smem<T>(HD, true, RAG);
             FCC_TRY(fcc_set_smem((const void *)kern, smem, "attn_bwd_tc (dK/dV)"));
             kern<<<gk, NT, smem, st>>>(p, nkb, Lb, Db, dQacc);
             FCC_CHECK_LAUNCH("bwd_dkdv_kernel");
@@ -767,7 +833,8 @@ static flashc_status dispatch_bwd(const fcc_attn &p, const float *Lb, const floa
     const int mode = fc_score_mode(&p.score);
 #define FCC_BWD_HD(HD)                                                                              \
     case HD:                                                                                        \
-        return fcc_score_dispatch<FCC_SCORE_FEW>(                                                   \
+        if constexpr (sizeof(T) == 4 && HD > 128) break; /* F32: HD ≤ 128 (fcc_bwd_mma_supports) */ \
+        else return fcc_score_dispatch<FCC_SCORE_FEW>(                                              \
             mode, [&](auto v) {                                                                     \
                 return fc_attn_is_ragged(&p.a) ? run_bwd<T, HD, decltype(v)::value, true>(p, Lb, Db, dQacc)  \
                                                : run_bwd<T, HD, decltype(v)::value, false>(p, Lb, Db, dQacc); \
@@ -790,8 +857,10 @@ static flashc_status dispatch_bwd(const fcc_attn &p, const float *Lb, const floa
 bool fcc_bwd_mma_supports(const fcc_attn &p) {
     using namespace fctcb;
     const fc_attn &a = p.a;
-    /* F32 must stay accurate to fp32 (no TF32) and F64 in F64: generic kernel. */
-    if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16) return false;
+    /* F32 in 3xTF32 (fp32 accuracy) at D ≤ 128, where its fp32 tiles fit;
+     * F64 in F64: the generic kernel. */
+    if (a.dtype != FLASHC_F16 && a.dtype != FLASHC_BF16 && a.dtype != FLASHC_F32) return false;
+    if (a.dtype == FLASHC_F32 && a.D > 128) return false;
     /* D > 256: no tile (the generic kernel). */
     if (a.D < 1 || a.D > 256) return false;
     /* Empty problems: the generic kernel writes the zeros. */
@@ -825,7 +894,8 @@ flashc_status fcc_bwd_mma_run(const fcc_attn &p) {
     if (s == FLASHC_OK) s = fcc_bwd_dsinks_run(p, Lb, Db);
     if (s == FLASHC_OK)
         s = p.a.dtype == FLASHC_BF16 ? dispatch_bwd<__nv_bfloat16>(p, Lb, Db, dQacc)
-                                     : dispatch_bwd<__half>(p, Lb, Db, dQacc);
+            : p.a.dtype == FLASHC_F32 ? dispatch_bwd<float>(p, Lb, Db, dQacc)
+                                      : dispatch_bwd<__half>(p, Lb, Db, dQacc);
     /* Stream-ordered: freed after the kernels above have run. */
     const cudaError_t e = fcc_scratch_free(scr, st);
     if (s == FLASHC_OK && e != cudaSuccess) return fcc_cuda_error(e, __FILE__, __LINE__, "fcc_scratch_free");

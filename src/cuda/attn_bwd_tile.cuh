@@ -26,12 +26,14 @@ __device__ __forceinline__ float lse_l2(float L) { return L == -INFINITY ? INFIN
 /* Stores the (row, col..col+1) pair of fp32 values in T, dropping columns ≥ D. */
 template <typename T>
 __device__ __forceinline__ void store_pair(T *row, int col, int D, float x0, float x1, bool vec) {
-    if (vec && col + 1 < D) {
-        *reinterpret_cast<uint32_t *>(row + col) = Ops<T>::pack(x0, x1);
-    } else {
-        if (col < D) row[col] = Ops<T>::from_f(x0);
-        if (col + 1 < D) row[col + 1] = Ops<T>::from_f(x1);
+    if constexpr (sizeof(T) == 2) { /* vec: 4-byte pairs (float: two 4-byte stores) */
+        if (vec && col + 1 < D) {
+            *reinterpret_cast<uint32_t *>(row + col) = Ops<T>::pack(x0, x1);
+            return;
+        }
     }
+    if (col < D) row[col] = Ops<T>::from_f(x0);
+    if (col + 1 < D) row[col + 1] = Ops<T>::from_f(x1);
 }
 
 /* ------------------------------------------- dK/dV tile steps (transposed) */
@@ -45,8 +47,9 @@ __device__ __forceinline__ void store_pair(T *row, int col, int D, float x0, flo
  * L·log2e per query row (+inf past the segment). Unless full, entries whose
  * row cannot see the key (or past iend) are 0 by selection, in acc too, and
  * their bits are cleared in vis. (J0 is a constant once the caller's loop is
- * unrolled.) mask, sc: the mask and score parts of the block's sequence. */
-template <int V, int NJ, int NC>
+ * unrolled.) mask, sc: the mask and score parts of the block's sequence.
+ * TANH: the softcap's tanh (attn_score.cuh; accurate for the F32 kernels). */
+template <int V, int NJ, int NC, class TANH = fcc_tanh_fast>
 __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, const fc_score_params &sc,
                                        const fc_score_modf &mod, float (&acc)[NJ][4],
                                        float (&pv)[NC][4], int J0, const float *Lt, int i0, int iend, int key0,
@@ -68,8 +71,8 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, c
             float p0, p1, g0 = 1.f, g1 = 1.f;
             if (MOD) {
                 const float d = dist0 + (float)(8 * j + c2);
-                p0 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][c2], d, g0) - Lc);
-                p1 = exp2_approx(fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][2 + c2], d - 8.f, g1) - Lc);
+                p0 = exp2_approx(fcc_score_step<V, TANH>(mod, acc[j][c2], d, g0) - Lc);
+                p1 = exp2_approx(fcc_score_step<V, TANH>(mod, acc[j][2 + c2], d - 8.f, g1) - Lc);
             } else {
                 p0 = exp2_approx(fmaf(acc[j][c2], p.sl2e, -Lc));
                 p1 = exp2_approx(fmaf(acc[j][2 + c2], p.sl2e, -Lc));
@@ -127,8 +130,9 @@ __device__ __forceinline__ void dkdv_ds(float (&dp)[NJ][4], const float (&pg)[NJ
 /* P·g in place (acc: raw dots → P, times g under MOD; the dQ kernel needs
  * only the product). Lr: L·log2e of the two rows. Unless full, entries a row
  * cannot see are 0 by selection; returns the visibility mask (bit 4j + e,
- * all ones when full). sc: the score part of the block's sequence. */
-template <int V, int NJ>
+ * all ones when full). sc: the score part of the block's sequence; TANH as
+ * dkdv_p's. */
+template <int V, int NJ, class TANH = fcc_tanh_fast>
 __device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_params &sc, const fc_score_modf &mod,
                                          float (&acc)[NJ][4],
                                          const RowVis &rv, const float (&Lr)[2], int row0, int n0, int t4,
@@ -145,7 +149,7 @@ __device__ __forceinline__ uint32_t dq_p(const fcc_attn &p, const fc_score_param
             float pv;
             if (MOD) {
                 float dg;
-                const float s = fcc_score_step<V, fcc_tanh_fast>(mod, acc[j][e], dist0[hf] - (float)(8 * j + (e & 1)), dg);
+                const float s = fcc_score_step<V, TANH>(mod, acc[j][e], dist0[hf] - (float)(8 * j + (e & 1)), dg);
                 pv = exp2_approx(s - Lr[hf]) * dg;
             } else {
                 pv = exp2_approx(fmaf(acc[j][e], p.sl2e, -Lr[hf]));

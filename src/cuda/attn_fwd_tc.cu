@@ -112,39 +112,19 @@ __device__ __forceinline__ void pv_tile(float (&acc_o)[K::MT][K::HD / 8][4],
 
 /* ------------------------------------------------ F32: 3xTF32 steps */
 
-/* S = Q·Kᵀ in 3xTF32 for the warp's MT m16 tiles × BN keys, Q and K fp32
- * rows in smem (pitch LD floats); q_off / k_off: the lane's ldmatrix offsets
- * (floats) of the k8 step's matrices: Q rows lane % 16 at column 4·(lane /
- * 16) (a0..a3), K rows 8·(lane / 16) + lane % 8 at column 4·((lane / 8) % 2)
- * (b0, b1 of n8 tile 2jj, then of 2jj + 1). */
+/* F32: the small terms of 3xTF32 in their own accumulators (tc_common.cuh,
+ * mma_3xtf32) for S and each 16 keys' P·V. Off: measured on the H100
+ * (2026-12-07) it halves the error at S = 1k (D=128 1.4e-6 → 7.8e-7) but
+ * not at 4k (2.9e-6 → 2.6e-6), and costs 10–25 % (the extra accumulators
+ * spill at HD 64/128). The backward keeps it on (its dQ needed it). */
+constexpr bool F32_SPLIT = false;
+
+/* S = Q·Kᵀ in 3xTF32 for the warp's MT m16 tiles × BN keys
+ * (attn_fwd_tile.cuh, tile_abt_3xtf32; q_off / k_off its a_off / b_off). */
 template <class K>
 __device__ __forceinline__ void qk_tile_f32(float (&acc_s)[K::MT][K::BN / 8][4], uint32_t sQa, uint32_t sKa, int q_off,
                                             int k_off) {
-    constexpr int MT = K::MT, NJ = K::BN / 8, LD = K::LD;
-    zero_frags(acc_s);
-#pragma unroll
-    for (int kk = 0; kk < K::HD / 8; ++kk) {
-        uint32_t qh[MT][4], ql[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            uint32_t r[4];
-            ldsm_x4(sQa + 4 * (q_off + mt * 16 * LD + kk * 8), r[0], r[1], r[2], r[3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(r[e]), qh[mt][e], ql[mt][e]);
-        }
-#pragma unroll
-        for (int jj = 0; jj < NJ / 2; ++jj) {
-            uint32_t b[4], bh[4], bl[4];
-            ldsm_x4(sKa + 4 * (k_off + jj * 16 * LD + kk * 8), b[0], b[1], b[2], b[3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(b[e]), bh[e], bl[e]);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma_3xtf32(acc_s[mt][2 * jj], qh[mt], ql[mt], bh[0], bh[1], bl[0], bl[1]);
-                mma_3xtf32(acc_s[mt][2 * jj + 1], qh[mt], ql[mt], bh[2], bh[3], bl[2], bl[3]);
-            }
-        }
-    }
+    tile_abt_3xtf32<K::MT, K::BN / 8, K::HD, K::LD, F32_SPLIT>(acc_s, sQa, q_off, sKa, k_off);
 }
 
 /* O += P·V in 3xTF32: P the fp32 C fragments of S (n8 tile j = the k8
@@ -175,9 +155,11 @@ __device__ __forceinline__ void pv_tile_f32(float (&acc_o)[K::MT][K::HD / 8][4],
         for (int dd = 0; dd < K::HD / 8; ++dd) {
             /* The 16 keys' products into a zeroed fragment, added to O in
              * fp32 (tc_common.cuh, mma_3xtf32: O's long sum stays unbiased). */
-            float t[MT][4];
+            float t[MT][4], ts[F32_SPLIT ? MT : 1][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) t[mt][0] = t[mt][1] = t[mt][2] = t[mt][3] = 0.f;
+#pragma unroll
+            for (int mt = 0; mt < (F32_SPLIT ? MT : 1); ++mt) ts[mt][0] = ts[mt][1] = ts[mt][2] = ts[mt][3] = 0.f;
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const int j = 2 * j2 + c;
@@ -191,12 +173,15 @@ __device__ __forceinline__ void pv_tile_f32(float (&acc_o)[K::MT][K::HD / 8][4],
                 tf32_split(x0, bh0, bl0);
                 tf32_split(x1, bh1, bl1);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) mma_3xtf32(t[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
+                for (int mt = 0; mt < MT; ++mt) {
+                    if constexpr (F32_SPLIT) mma_3xtf32(t[mt], ts[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
+                    else mma_3xtf32(t[mt], ah[c][mt], al[c][mt], bh0, bh1, bl0, bl1);
+                }
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc_o[mt][dd][e] += t[mt][e];
+                for (int e = 0; e < 4; ++e) acc_o[mt][dd][e] += F32_SPLIT ? t[mt][e] + ts[mt][e] : t[mt][e];
         }
     }
 }

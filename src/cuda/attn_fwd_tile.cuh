@@ -169,6 +169,114 @@ template <int MT, int NJ> __device__ __forceinline__ void zero_frags(float (&f)[
             for (int e = 0; e < 4; ++e) f[mt][j][e] = 0.f;
 }
 
+/* ------------------------------------------------ F32: 3xTF32 tiles
+ * (tc_common.cuh, mma_3xtf32), shared by the F32 forward (attn_fwd_tc.cu)
+ * and the F32 backward (attn_bwd_tc.cu); fp32 rows in smem of pitch LD
+ * floats (LD ≡ 4 mod 32: the ldmatrix rows and the column reads below are
+ * free of bank conflicts). */
+
+/* acc = A·Bᵀ over the HD columns: A = the warp's MT m16 tiles of rows at sA,
+ * a_off the lane's ldmatrix offset (floats: row lane % 16, column
+ * 4·(lane / 16)); B = NJ·8 rows at sB, b_off (row 8·(lane / 16) + lane % 8,
+ * column 4·((lane / 8) % 2): b0, b1 of n8 tile 2jj, then of 2jj + 1).
+ * S = Q·Kᵀ (forward); Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, S = Q·Kᵀ, dP = dO·Vᵀ (backward).
+ * SPLIT: the small terms in their own accumulator (tc_common.cuh), added at
+ * the end — a third of the truncations in the big sum (HD/8 instead of
+ * 3·HD/8: at HD 128 the shrink of |S| toward zero is what limits P's
+ * accuracy), for MT·NJ·4 more registers. */
+template <int MT, int NJ, int HD, int LD, bool SPLIT = false>
+__device__ __forceinline__ void tile_abt_3xtf32(float (&acc)[MT][NJ][4], uint32_t sA, int a_off, uint32_t sB,
+                                                int b_off) {
+    static_assert(NJ % 2 == 0 && HD % 8 == 0, "n16 column pairs, k8 steps");
+    zero_frags(acc);
+    float sm[SPLIT ? MT : 1][SPLIT ? NJ : 2][4]; /* SPLIT: the small terms' accumulator */
+    zero_frags(sm);
+#pragma unroll
+    for (int kk = 0; kk < HD / 8; ++kk) {
+        uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            uint32_t r[4];
+            ldsm_x4(sA + 4 * (a_off + mt * 16 * LD + kk * 8), r[0], r[1], r[2], r[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(r[e]), ah[mt][e], al[mt][e]);
+        }
+#pragma unroll
+        for (int jj = 0; jj < NJ / 2; ++jj) {
+            uint32_t b[4], bh[4], bl[4];
+            ldsm_x4(sB + 4 * (b_off + jj * 16 * LD + kk * 8), b[0], b[1], b[2], b[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tf32_split(__uint_as_float(b[e]), bh[e], bl[e]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if constexpr (SPLIT) {
+                    mma_3xtf32(acc[mt][2 * jj], sm[mt][2 * jj], ah[mt], al[mt], bh[0], bh[1], bl[0], bl[1]);
+                    mma_3xtf32(acc[mt][2 * jj + 1], sm[mt][2 * jj + 1], ah[mt], al[mt], bh[2], bh[3], bl[2], bl[3]);
+                } else {
+                    mma_3xtf32(acc[mt][2 * jj], ah[mt], al[mt], bh[0], bh[1], bl[0], bl[1]);
+                    mma_3xtf32(acc[mt][2 * jj + 1], ah[mt], al[mt], bh[2], bh[3], bl[2], bl[3]);
+                }
+            }
+        }
+    }
+    if constexpr (SPLIT) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][j][e] += sm[mt][j][e];
+    }
+}
+
+/* The A fragments (hi, lo) of the k8 chunks of an fp32 C-layout tile (16
+ * rows × NJ n8 tiles; n8 tile j is k8 chunk j of the next product) with the
+ * chunk's columns in the C fragment's order: slot t ↔ column 2t, slot t + 4
+ * ↔ column 2t + 1, so a0..a3 = c0, c2, c1, c3 (no shuffles). The B operand
+ * of that product reads its rows in the same order (tile_ab_3xtf32). */
+template <int NJ>
+__device__ __forceinline__ void split_c_as_a(const float (&c)[NJ][4], uint32_t (&ah)[NJ][4], uint32_t (&al)[NJ][4]) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        tf32_split(c[j][0], ah[j][0], al[j][0]);
+        tf32_split(c[j][2], ah[j][1], al[j][1]);
+        tf32_split(c[j][1], ah[j][2], al[j][2]);
+        tf32_split(c[j][3], ah[j][3], al[j][3]);
+    }
+}
+
+/* acc[dd] += A·B for the NC n8 column tiles from column c0: A = NJ k8
+ * chunks split by split_c_as_a, B = fp32 rows at sB (pitch LD), this lane's
+ * b0, b1 = B[8j + 2t][c0 + 8dd + g], B[8j + 2t + 1][..]. Each column tile's
+ * NJ chunks go into zeroed fragments (big and small terms apart) added to
+ * acc in fp32 (mma_3xtf32: a long sum in one accumulator drifts toward zero). SAN: in the k8 chunks j
+ * whose bit j / 2 of san is set (k16 chunks, masked_chunks), non-finite B
+ * values read as +0 (attn_fwd_tile.cuh, "values of keys a row cannot see"). */
+template <int NJ, int NC, int LD, bool SAN = false>
+__device__ __forceinline__ void tile_ab_3xtf32(float (&acc)[NC][4], const uint32_t (&ah)[NJ][4],
+                                               const uint32_t (&al)[NJ][4], const float *sB, int c0, int g, int t4,
+                                               uint32_t san = 0) {
+    const float *b0 = sB + 2 * t4 * LD + c0 + g;
+#pragma unroll
+    for (int dd = 0; dd < NC; ++dd) {
+        float t[4] = {0.f, 0.f, 0.f, 0.f}, ts[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            float x0 = b0[8 * j * LD + 8 * dd], x1 = b0[(8 * j + 1) * LD + 8 * dd];
+            if (SAN && ((san >> (j / 2)) & 1u)) {
+                x0 = isfinite(x0) ? x0 : 0.f;
+                x1 = isfinite(x1) ? x1 : 0.f;
+            }
+            uint32_t bh0, bl0, bh1, bl1;
+            tf32_split(x0, bh0, bl0);
+            tf32_split(x1, bh1, bl1);
+            mma_3xtf32(t, ts, ah[j], al[j], bh0, bh1, bl0, bl1);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[dd][e] += t[e] + ts[e];
+    }
+}
+
 /* The online softmax's start for MT m16 row tiles of ND n8 columns: O = 0,
  * m = −∞, ℓ = 0. */
 template <int MT, int ND>

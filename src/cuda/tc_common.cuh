@@ -150,12 +150,22 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32
  * sum keeps its sign over a long loop (O over thousands of keys) that bias
  * grows with the loop (rel-L2 3e-5 at 4k keys, H100), so such a caller
  * passes a zeroed fragment for a short stretch (16 keys of P·V) and adds it
- * in fp32; a k-step's partial sums of S = Q·Kᵀ walk both signs (in place). */
+ * in fp32. */
 __device__ __forceinline__ void mma_3xtf32(float c[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                            uint32_t bh1, uint32_t bl0, uint32_t bl1) {
     mma_tf32(c, al, bh0, bh1);
     mma_tf32(c, ah, bl0, bl1);
     mma_tf32(c, ah, bh0, bh1);
+}
+/* ... the two small terms into their own accumulator cs, the big one into
+ * cb (the caller adds cs to cb at the end): the big sum takes a third of
+ * the accumulations, so a third of the truncation bias, and the small sum's
+ * truncations are 2^-11 of its size; two independent chains besides. */
+__device__ __forceinline__ void mma_3xtf32(float cb[4], float cs[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                           uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+    mma_tf32(cs, al, bh0, bh1);
+    mma_tf32(cs, ah, bl0, bl1);
+    mma_tf32(cb, ah, bh0, bh1);
 }
 
 __device__ __forceinline__ float exp2_approx(float x) {
