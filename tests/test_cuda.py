@@ -498,17 +498,11 @@ def test_f32_tensor_core_ragged(rng, page):
 # m16n8k8 at padded head dims ≤ 128, dense and ragged; D > 128 keeps the
 # generic kernel): every gradient within the naive float32 backward's
 # tolerance and within a small factor of the generic SIMT kernel's error.
-_F32_BWD_CASES = {
-    "d64": (2, 200, 230, 4, 2, 64, dict()),
-    "d128-causal": (1, 300, 300, 4, 4, 128, dict(causal=True)),
-    "d33-window-sinktok": (2, 150, 170, 6, 2, 33, dict(causal=True, window=(40, 0), sink_tokens=3)),
-    "d80-sinks": (1, 130, 90, 4, 1, 80, dict(use_sinks=True)),
-    "d96-softcap-alibi": (1, 160, 200, 4, 2, 96, dict(causal=True, softcap=8.0, alibi=True)),
-    "d128-sq-gt-sk": (1, 200, 70, 2, 2, 128, dict(causal=True)),
-    "d17-neg-scale": (1, 64, 64, 2, 2, 17, dict(softmax_scale=-0.3)),
+_F32_BWD_CASES = {n: c for n, c in _F32_CASES.items() if not n.startswith(("d192", "d256"))}
+_F32_BWD_CASES.update({
     "d128-gqa-softcap-window": (2, 100, 140, 8, 2, 128, dict(softcap=20.0, window=(50, 20), use_sinks=True)),
     "d192-generic": (1, 40, 50, 2, 1, 192, dict(causal=True)),
-}
+})
 
 
 @pytest.mark.parametrize("name", list(_F32_BWD_CASES))
