@@ -436,9 +436,11 @@ _F32_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(_F32_CASES))
-def test_f32_tensor_core_forward(rng, monkeypatch, name):
-    B, Sq, Sk, Hq, Hkv, D, kw = _F32_CASES[name]
+def _f32_case(rng, case):
+    """q, k, v (float32) and the keywords of a _F32_CASES-shaped case, its
+    use_sinks / alibi turned into sink logits / ALiBi slopes; with dkw, the
+    keywords with those arrays on the device."""
+    B, Sq, Sk, Hq, Hkv, D, kw = case
     kw = dict(kw)
     use_sinks, alibi = kw.pop("use_sinks", False), kw.pop("alibi", False)
     q, k, v = (rand(rng, s, "float32") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
@@ -446,10 +448,16 @@ def test_f32_tensor_core_forward(rng, monkeypatch, name):
         kw["sinks"] = (rng.standard_normal(Hq) * 2).astype(np.float32)
     if alibi:
         kw["alibi_slopes"] = (2.0 ** (-8.0 * (np.arange(Hq) + 1) / Hq)).astype(np.float32)
+    dkw = {n: fcuda.to_device(x) if n in ("sinks", "alibi_slopes") else x for n, x in kw.items()}
+    return q, k, v, kw, dkw
+
+
+@pytest.mark.parametrize("name", list(_F32_CASES))
+def test_f32_tensor_core_forward(rng, monkeypatch, name):
+    q, k, v, kw, dkw = _f32_case(rng, _F32_CASES[name])
     ro, rl = attention_reference(q, k, v, **kw)
     no, nl = attention_naive(q, k, v, "float32", **kw)
     dq, dk, dv = (fcuda.to_device(x) for x in (q, k, v))
-    dkw = {n: fcuda.to_device(x) if n in ("sinks", "alibi_slopes") else x for n, x in kw.items()}
     o, lse = flashc.attention(dq, dk, dv, return_lse=True, **dkw)
     monkeypatch.setenv("FLASHC_CUDA_KERNEL", "generic")
     og, _ = flashc.attention(dq, dk, dv, return_lse=True, **dkw)
@@ -507,17 +515,9 @@ _F32_BWD_CASES.update({
 
 @pytest.mark.parametrize("name", list(_F32_BWD_CASES))
 def test_f32_tensor_core_backward(rng, monkeypatch, name):
-    B, Sq, Sk, Hq, Hkv, D, kw = _F32_BWD_CASES[name]
-    kw = dict(kw)
-    use_sinks, alibi = kw.pop("use_sinks", False), kw.pop("alibi", False)
-    q, k, v = (rand(rng, s, "float32") for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    q, k, v, kw, dkw = _f32_case(rng, _F32_BWD_CASES[name])
     do = rand(rng, q.shape, "float32")
-    if use_sinks:
-        kw["sinks"] = (rng.standard_normal(Hq) * 2).astype(np.float32)
-    if alibi:
-        kw["alibi_slopes"] = (2.0 ** (-8.0 * (np.arange(Hq) + 1) / Hq)).astype(np.float32)
     T = fcuda.to_device
-    dkw = {n: T(x) if n in ("sinks", "alibi_slopes") else x for n, x in kw.items()}
     dq_, dk_, dv_, ddo = (T(x) for x in (q, k, v, do))
     o, lse = flashc.attention(dq_, dk_, dv_, return_lse=True, **dkw)
     g1 = [g.numpy() for g in flashc.attention_backward(ddo, dq_, dk_, dv_, o, lse, **dkw)]
@@ -1042,6 +1042,18 @@ def _poisoned_forward(q, k, v, bad, **kw):
     kp, vp = k.copy(), v.copy()
     kp[:, bad] = pattern
     vp[:, bad] = pattern
+    if q.dtype == np.float32:
+        # Other NaN encodings, each alone in a bad key's row (the rest of it
+        # finite): CUDA's canonical 0x7FFFFFFF, a payload in the low bits
+        # only, a negative one — a tf32 rounding by integer operations turns
+        # the first into -0 and the second into Inf unless it lets NaN through.
+        idx = np.flatnonzero(bad)
+        for n, bits in enumerate((0x7FFFFFFF, 0x7F800001, 0xFFFFFFFF)):
+            if n + 1 < len(idx):
+                j, x = idx[n + 1], np.array([bits], np.uint32).view(np.float32)[0]
+                kp[:, j], vp[:, j] = k[:, j], v[:, j]
+                kp[:, j, :, n % D] = x
+                vp[:, j, :, (n + 1) % D] = x
     D_ = fcuda.to_device
     o, lse = flashc.attention(D_(q), D_(k), D_(v), return_lse=True, **kw)
     op, lp = flashc.attention(D_(q), D_(kp), D_(vp), return_lse=True, **kw)

@@ -127,17 +127,34 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t 
 /* ------------------------------------------------------------ 3xTF32
  * fp32 products on the tf32 tensor cores (mma.sync m16n8k8, sm_80+), as
  * CUTLASS's "fast fp32" and torch's memory-efficient kernel do: x = hi + lo,
- * both rounded to tf32 (10-bit mantissas), a·b ≈ lo_a·hi_b + hi_a·lo_b +
- * hi_a·hi_b (the dropped lo_a·lo_b and the rounding of lo are ~2^-22 of
- * a·b), accumulated in fp32. Fragment layouts of m16n8k8 .tf32 (g = lane / 4,
+ * both tf32 (10-bit mantissas; tf32_split), a·b ≈ lo_a·hi_b + hi_a·lo_b +
+ * hi_a·hi_b (the dropped lo_a·lo_b is ~2^-22 of a·b, the truncation of lo
+ * 2^-21 at most), accumulated in fp32. Fragment layouts of m16n8k8 .tf32 (g = lane / 4,
  * t = lane % 4): A a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
  * B b0 = (k t, n g), b1 = (k t+4, n g); C as m16n8k16's. An ldmatrix of
  * 8 rows × 16 bytes gives thread (g, t) word t of row g: the A and B
  * fragments of fp32 rows in smem (row-major Q and K) with ldsm_x4. */
+/* x = hi + lo as the products take them (CUTLASS's "fast fp32" split):
+ * hi is x rounded to tf32 by integer operations (half an ulp added to the
+ * magnitude, the 13 low bits cleared: cvt.rna's rounding, nearest with ties
+ * away from zero); lo = x − hi (exact) goes in as fp32 bits, which the
+ * tensor core truncates to tf32 (lo's error 2^-21 of x at most, against
+ * 2^-22 rounded: errors measured the same to two digits). cvt.rna runs on
+ * Hopper's conversion pipe, a few per clock, and the split is a third of
+ * the F32 kernels' instructions: H100, flashc.torch, same run: forward D=64
+ * 4k 60.5 TFLOP/s (cvt 51.4), D=128 4k 55.5 (48.8); backward alone 33–37
+ * (23–27). A cvt-free variant that kept lo rounded and let NaN through hi
+ * by a select spilled (264 bytes in the HD-128 dK/dV kernel) and gained a
+ * quarter as much.
+ * NaN: the integer add may turn a NaN x into −0 (a mantissa of 0x7FF000 or
+ * more carries into the sign: CUDA's canonical 0x7FFFFFFF) or Inf (payload
+ * in the low bits only), but lo = x − hi is then NaN (0x7FFFFFFF, still NaN
+ * once truncated) and lo·hi' enters every product x takes part in: a NaN a
+ * row sees stays NaN (tests/test_cuda.py, _poisoned_forward's encodings).
+ * Inf: hi = Inf, lo = NaN, as cvt.rna gave. */
 __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
-    const float r = x - __uint_as_float(hi); /* exact */
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(r));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "

@@ -1169,7 +1169,7 @@ static std::vector<RagCase> decode_ragged_cases(bool small) {
  * batch entry and one K/V head (the same group size), no generic runs, no
  * second (determinism) run. */
 static void run_sanitize(std::mt19937_64 &rng, bool race) {
-    const int BF = FLASHC_BF16, F = FLASHC_F16;
+    const int BF = FLASHC_BF16, F = FLASHC_F16, F32 = FLASHC_F32;
     g_one_run = race;
     /* dt, B, Sq, Sk, Hq, Hkv, D, causal, wl, wr, nsink, sinklog, lse_null, bhsd, flip, bcast,
      * softcap, alibi, det, vpad; then whether "auto" runs the wgmma forward (then "mma" runs the
@@ -1215,6 +1215,14 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
          * plain / tc bwd */
         {{BF, 1, 70, 4100, 4, 2, 128, 0, -1, -1, 0, true, false, false, false, false, 5.0, false, 1, false}, true},
         {{F, 1, 70, 4177, 2, 1, 96, 0, -1, -1, 0, false, false, false, false, false, 0.0, false, 1, false}, true},
+        /* F32 (3xTF32 tensor cores): mma fwd HD64 / tc bwd HD64 (32-row and 32-key tiles): causal
+         * Sq < Sk, sink logits, partial tiles */
+        {{F32, 2, 77, 200, 4, 2, 64, 1, -1, -1, 0, true, false, false, false, false, 0.0, false, 1, false}, false},
+        /* F32 mma fwd HD128 / tc bwd HD128 (single-buffered): MQA, window (16, 0) with Sq > Sk (rows
+         * 0..52 get only the sink logit), sink tokens, softcap (accurate tanh), ALiBi */
+        {{F32, 1, 130, 77, 4, 1, 128, 0, 16, 0, 2, true, false, false, false, false, 3.0, true, 1, false}, false},
+        /* F32 D 40 (HD64, zero-padded columns), BHSD, causal with Sq > Sk, sink tokens */
+        {{F32, 1, 100, 70, 2, 1, 40, 1, -1, -1, 3, false, false, true, false, false, 0.0, false, 1, false}, false},
         /* mma fwd HD64 where wgmma refuses (a broadcast k: batch stride 0, no TMA map) / tc bwd;
          * 65 rows and 129 keys: one past a tile */
         {{BF, 2, 65, 129, 4, 2, 64, 0, -1, -1, 0, false, false, false, false, true, 0.0, false, 1, false}, false},
@@ -1254,6 +1262,8 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
          * wgmma bwd's packed-sequence instances) + gap zeros: 77, 0, 130 rows, window (40, 0), sink
          * tokens and logits, softcap, ALiBi */
         {F, RAG_VARLEN, {77, 0, 130}, {200, 5, 130}, 4, 2, 128, 0, 40, 0, 2, true, 4.0, true, 0, 0, 1, 0},
+        /* varlen F32: mma fwd (ragged, 3xTF32) / tc bwd HD128 F32 (ragged) */
+        {F32, RAG_VARLEN, {77, 0, 40}, {90, 5, 130}, 4, 2, 128, 1, -1, -1, 2, true, 2.0, true, 0, 0, 1, 0},
         /* varlen, D 256: mma fwd (ragged) / tc bwd HD256 (ragged, two column slices), causal, sink
          * logits, ALiBi */
         {F, RAG_VARLEN, {77, 0, 65}, {100, 5, 130}, 4, 2, 256, 1, -1, -1, 0, true, 0.0, true, 0, 0, 1, 0},
@@ -1271,13 +1281,14 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         if (!race) run_ragged(c, rng, "generic");
     }
     /* GPUs with less shared memory per block (FLASHC_CUDA_SMEM_LIMIT): at 99 KB the tc backward
-     * single-buffered (HD 128), the mma fwd's small tiles (ragged HD 256) and the generic
+     * single-buffered (HD 128, BF16 and F32), the mma fwd's small tiles (ragged HD 256) and the generic
      * kernels' small tiles; at 48 KB the generic kernels streaming head-dim chunks (F32 D 256,
      * F64 D 200, BF16 backward at D 192) and the mma fwd's small tiles at HD 128. */
-    const int F32 = FLASHC_F32, F64 = FLASHC_F64;
+    const int F64 = FLASHC_F64;
     const AttnCase lim_dense[] = {
         {BF, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 3.0, false, 1, false},
         {F32, 1, 50, 70, 2, 1, 256, 0, 30, 5, 2, true, false, false, false, false, 0.0, true, 1, false},
+        {F32, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 2.0, false, 1, false},
         {F64, 1, 40, 45, 2, 2, 200, 1, -1, -1, 0, true, false, false, false, false, 0.0, false, 1, false},
         {BF, 1, 33, 70, 2, 1, 192, 0, 20, 20, 1, false, false, false, false, false, 0.0, false, 1, false},
     };
