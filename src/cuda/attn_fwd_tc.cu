@@ -114,9 +114,11 @@ __device__ __forceinline__ void pv_tile(float (&acc_o)[K::MT][K::HD / 8][4],
 
 /* F32: the small terms of 3xTF32 in their own accumulators (tc_common.cuh,
  * mma_3xtf32) for S and each 16 keys' P·V. Off: measured on the H100
- * (2026-12-07) it halves the error at S = 1k (D=128 1.4e-6 → 7.8e-7) but
- * not at 4k (2.9e-6 → 2.6e-6), and costs 10–25 % (the extra accumulators
- * spill at HD 64/128). The backward keeps it on (its dQ needed it). */
+ * (2026-12-07, with tf32_split's integer rounding) it halves the error at
+ * S = 1k (D=128 1.4e-6 → 7.8e-7, causal 1.0e-6 → 4.2e-7) but not at 4k
+ * (2.9e-6 → 2.6e-6), and costs 3–13 % at D=64, 18–19 % at D=128 (the extra
+ * accumulators spill 1.5 KB at HD 128). The backward keeps it on (its dQ
+ * needed it). */
 constexpr bool F32_SPLIT = false;
 
 /* S = Q·Kᵀ in 3xTF32 for the warp's MT m16 tiles × BN keys
