@@ -657,6 +657,14 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         const int n0 = t * BN;
         const uint32_t sKa = smem_u32(sK + buf * BN * LD), sVa = smem_u32(sV + buf * BN * LD);
         const bool full = tile_full<BN>(vfirst, vlast, n0, Sk);
+        /* dQ += dS K: on a partial tile the K chunks some row of this warp
+         * cannot see are read with non-finite values as 0 (dS is 0 there);
+         * taken after the products (registers). */
+        auto san_of = [&]() -> uint32_t {
+            return full ? 0u
+                        : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq),
+                                                 vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
+        };
 
         if constexpr (F32) { /* 3xTF32 (the dK/dV kernel's note) */
             float s[1][NJ][4], dp[1][NJ][4];
@@ -666,9 +674,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
             dq_ds(dp[0], s[0], Dr, full, vis);
             uint32_t ah[NJ][4], al[NJ][4];
             split_c_as_a(dp[0], ah, al);
-            /* dQ += dS K; K chunks some row of this warp cannot see: non-finite values as 0. */
-            const uint32_t san = full ? 0u
-                : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq), vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
+            const uint32_t san = san_of();
             const float *Kt = sK + buf * BN * LD;
             if (san) tile_ab_3xtf32<NJ, HD / 8, LD, true>(acc_dq, ah, al, Kt, 0, g, t4, san);
             else tile_ab_3xtf32<NJ, HD / 8, LD>(acc_dq, ah, al, Kt, 0, g, t4);
@@ -680,10 +686,7 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         tile_abt<T, HD, NJ>(acc_dp, sdOa, a_off, sVa + 2 * ko * LD, bn_off); /* dP = dO Vᵀ */
         dq_ds(acc_dp, acc_s, Dr, full, vis);
         tile_pack_p<T>(acc_dp, da);                    /* dS rounded to T */
-        /* dQ += dS K; on a partial tile the K chunks some row of this warp
-         * cannot see are read with non-finite values as 0 (dS is 0 there). */
-        const uint32_t san = full ? 0u
-            : masked_chunks<BN / 16>(vis_of(mask, m0 + warp * 16, Sq), vis_of(mask, m0 + warp * 16 + 15, Sq), n0);
+        const uint32_t san = san_of();
         if constexpr (CS > 1) {
             /* Wide heads: the pair's dS halves through smem, then dQ over
              * all BN keys on this warp's slice of the head dim. The
