@@ -549,9 +549,9 @@ def test_cuda_graph_capture_backward(kw):
     """A training step's attention, forward and backward, captured in a CUDA
     graph replays like the eager call, bit for bit (the backward is
     deterministic by default), and follows new data copied into the captured
-    inputs. On Hopper the backward's kernels are chained as programmatic
-    dependents (the row pass under the dK/dV kernel, the dQ conversion under
-    its last wave): the graph keeps those edges."""
+    inputs. On Hopper the backward launches its dQ conversion as a
+    programmatic dependent of the dK/dV kernel (under its last wave): the
+    graph keeps that edge."""
     if not torch.cuda.is_available() or "cuda" not in flashc.backends():
         pytest.skip("no CUDA device / backend")
     gen = torch.Generator(device="cuda").manual_seed(5)
