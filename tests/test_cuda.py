@@ -1581,7 +1581,7 @@ def _dense_fwd_bwd(q, k, v, do, sinks, kw):
 
 @pytest.mark.parametrize("limit", list(_SMEM_LIMITS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
-@pytest.mark.parametrize("D", [64, 128, 200, 256])
+@pytest.mark.parametrize("D", [64, 96, 128, 200, 256])
 @pytest.mark.parametrize("case", ["causal-gqa-sinks", "window-sinktok"])
 def test_smem_limit_dense(rng, monkeypatch, limit, dtype, D, case):
     B, Sq, Sk, Hq, Hkv = 2, 150, 170, 4, 2
@@ -1650,14 +1650,18 @@ def test_smem_limit_ragged(rng, monkeypatch, limit, dtype, D):
         assert e <= _SMEM_TOL[dtype], "%s rel-L2 vs CPU %.3g" % (name, e)
 
 
-@pytest.mark.parametrize("limit,D", [(101376, 128), (166912, 256)], ids=["99KB-D128", "163KB-D256"])
-def test_smem_limit_picks_tensor_cores(rng, monkeypatch, limit, D):
+@pytest.mark.parametrize("limit,D,dtype", [(101376, 128, "bfloat16"), (166912, 256, "bfloat16"),
+                                           (101376, 96, "float32"), (101376, 128, "float32")],
+                         ids=["99KB-D128", "163KB-D256", "99KB-D96-float32", "99KB-D128-float32"])
+def test_smem_limit_picks_tensor_cores(rng, monkeypatch, limit, D, dtype):
     # A 99 KB GPU (sm_86/89) must still run the bf16 D = 128 backward on
     # tensor cores, and an A100 (163 KB) the D = 256 one (the single-buffered
-    # instances), not the generic kernels.
+    # instances), not the generic kernels; the float32 backward (3xTF32) at
+    # D = 96 and 128 too (single-buffered: 75 KB, and at D = 128 exactly the
+    # 99 KB with L and Δ kept in the Q tile's row pad).
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
-    q, k, v, do = (rand(rng, (1, 256, 4, D), "bfloat16") for _ in range(4))
+    q, k, v, do = (rand(rng, (1, 256, 4, D), dtype) for _ in range(4))
     monkeypatch.setenv("FLASHC_CUDA_SMEM_LIMIT", str(limit))
     monkeypatch.setenv("FLASHC_CUDA_KERNEL", "mma")
     _dense_fwd_bwd(q, k, v, do, None, dict(causal=True))  # warm-up
@@ -1666,8 +1670,10 @@ def test_smem_limit_picks_tensor_cores(rng, monkeypatch, limit, D):
         torch.cuda.synchronize()
     names = {e.key for e in prof.key_averages() if e.device_time_total > 0}
     assert any("bwd_dkdv_kernel" in n and "fcc_bwd_dkdv_kernel" not in n for n in names), sorted(names)
+    assert any("bwd_dq_kernel" in n and "fcc_bwd_dq_kernel" not in n for n in names), sorted(names)
+    assert not any("fcc_bwd_dkdv_kernel" in n or "fcc_bwd_dq_kernel" in n for n in names), sorted(names)
     assert any("attn_fwd_tc_kernel" in n for n in names), sorted(names)
-    assert not any("fcc_bwd_dkdv_kernel" in n or "fcc_attn_fwd_kernel" in n for n in names), sorted(names)
+    assert not any("fcc_attn_fwd_kernel" in n for n in names), sorted(names)
 
 
 

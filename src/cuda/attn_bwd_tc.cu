@@ -101,12 +101,17 @@ template <typename T> constexpr int epc_of() { return 16 / (int)sizeof(T); }
  * NB: the streamed tiles' buffers, 2 (the next tile loads under this one's
  * products) or 1 (GPUs with less shared memory: load after the products).
  * rag: the key-row tables of the ragged kernels (attn_ragged.cuh): K and V
- * of the block (dK/dV), of each buffer (dQ). */
+ * of the block (dK/dV), of each buffer (dQ).
+ * pad_rows: the F32 one-buffer dK/dV kernel keeps a tile row's L·log2e and Δ
+ * in its Q row's pad (columns HD, HD + 1; the loads never write the pad) and
+ * the tile's score modifiers in dO row 0's: its K, V, Q, dO tiles alone take
+ * 101,376 bytes at HD 128, all of a 99 KB GPU's block. */
+template <typename T> constexpr bool pad_rows(int nb) { return sizeof(T) == 4 && nb == 1; }
 template <typename T>
 constexpr size_t dkdv_smem(int HD, bool atomic, bool rag = false, int nb = 2) {
     return ((size_t)(2 * BK + 2 * nb * bq_of<T>()) * (HD + epc_of<T>()) + (atomic || col_slices(HD) > 1 ? BK * LDS : 0) +
             (col_slices(HD) > 1 ? BK * LDS : 0)) * sizeof(T) +
-           (4 * bq_of<T>() + 8) * sizeof(float) + (rag ? 2 * BK * sizeof(int64_t) : 0);
+           (pad_rows<T>(nb) ? 0 : (4 * bq_of<T>() + 8) * sizeof(float)) + (rag ? 2 * BK * sizeof(int64_t) : 0);
 }
 template <typename T> constexpr size_t dq_smem(int HD, bool rag = false, int nb = 2) {
     return ((size_t)(2 * BM + 2 * nb * bn_of<T>()) * (HD + epc_of<T>()) + (col_slices(HD) > 1 ? BM * LDS : 0)) *
@@ -115,8 +120,9 @@ template <typename T> constexpr size_t dq_smem(int HD, bool rag = false, int nb 
 }
 /* Single-buffered instances exist for the head dims where they decide
  * whether a GPU runs tensor cores at all: HD 128 at 99 KB (sm_86/89), HD
- * 192/256 at 163 KB (sm_80). */
-constexpr bool has_nb1(int HD) { return HD >= 128; }
+ * 192/256 at 163 KB (sm_80); F32 also HD 96 at 99 KB (double-buffered
+ * 102,944 bytes, single 76,800) and HD 128 (101,376: pad_rows). */
+constexpr bool has_nb1(int HD, bool f32) { return HD >= 128 || (f32 && HD == 96); }
 
 /* Rows [row0, row0 + R) of a [*, D] slice into smem rows of pitch HD + 8
  * (tc_common.cuh: load_rows), by this CTA's NT threads. */
@@ -284,10 +290,12 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
     T *sdO = sQ + NB * BQ * LD;              /* [NB][BQ][LD] */
     T *sdS = sdO + NB * BQ * LD;             /* [BK][LDS], ATOMIC or CS > 1 */
     T *sP = sdS + (ATOMIC || CS > 1 ? BK * LDS : 0);                           /* [BK][LDS], CS > 1 */
-    float *sL = reinterpret_cast<float *>(sP + (CS > 1 ? BK * LDS : 0));      /* [2][BQ] */
-    float *sDl = sL + 2 * BQ;                                                  /* [2][BQ] */
-    float *sMod = sDl + 2 * BQ; /* [2][4]: fc_score_modf of the tile's head (MOD) */
-    int64_t *tK = reinterpret_cast<int64_t *>(sMod + 8); /* RAG: [BK] key-row offsets of the K block */
+    constexpr bool PADR = pad_rows<T>(NB); /* L, Δ, modifiers in the pads (dkdv_smem) */
+    float *sL = reinterpret_cast<float *>(sP + (CS > 1 ? BK * LDS : 0));      /* [2][BQ] (not PADR) */
+    float *sDl = sL + 2 * BQ;                                                  /* [2][BQ] (not PADR) */
+    /* [2][4]: fc_score_modf of the tile's head (MOD); PADR: dO row 0's pad */
+    float *sMod = PADR ? reinterpret_cast<float *>(sdO) + HD : sDl + 2 * BQ;
+    int64_t *tK = reinterpret_cast<int64_t *>(sL + (PADR ? 0 : 4 * BQ + 8)); /* RAG: [BK] key-row offsets of the K block */
     int64_t *tV = tK + BK;                                /* RAG: [BK] ... of the V block */
 
     const fc_attn &a = p.a;
@@ -345,8 +353,15 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
         const int64_t rowbase = fcc_rowbuf_at<RAG>(a, fcc_seq_of<RAG>(a, b), b, h, 0);
         for (int t = tid; t < BQ; t += NTC) {
             const bool ok = i0 + t < iend; /* rows past the segment: P = 0 */
-            sL[buf * BQ + t] = ok ? lse_l2(Lb[rowbase + i0 + t]) : INFINITY;
-            sDl[buf * BQ + t] = ok ? Db[rowbase + i0 + t] : 0.f;
+            const float l = ok ? lse_l2(Lb[rowbase + i0 + t]) : INFINITY, d = ok ? Db[rowbase + i0 + t] : 0.f;
+            if constexpr (PADR) {
+                float *pad = reinterpret_cast<float *>(sQ) + t * LD + HD; /* NB = 1: buf 0 */
+                pad[0] = l;
+                pad[1] = d;
+            } else {
+                sL[buf * BQ + t] = l;
+                sDl[buf * BQ + t] = d;
+            }
         }
         /* In smem rather than registers: the MOD kernel at HD = 128 is at the
          * register limit. */
@@ -418,11 +433,14 @@ __global__ void __launch_bounds__(NT * col_slices(HD), col_slices(HD) > 1 ? 1 : 
              * dS split once a tile into the A fragments of dV += Pᵀ dO and
              * dK += dSᵀ Q, whose B rows (dO, Q) are read in the fragments' order. */
             float s[1][NJ][4], dp[1][NJ][4], pv[NJ][4];
+            constexpr int RS = PADR ? LD : 1; /* L, Δ: in the Q rows' pad, or the arrays */
+            const float *sQf = reinterpret_cast<const float *>(sQ);
+            const strided_rows<RS> Lr{PADR ? sQf + HD : Lt}, Dr{PADR ? sQf + HD + 1 : Dt};
             tile_abt_3xtf32<1, NJ, HD, LD, true>(s, sKa, a_off, sQa, bn_off); /* Sᵀ = K Qᵀ */
-            dkdv_p<V, NJ, NJ, fcc_tanh_accurate>(p, mask, sp.score(p), mod, s[0], pv, 0, Lt, i0, iend, key0, t4,
+            dkdv_p<V, NJ, NJ, fcc_tanh_accurate>(p, mask, sp.score(p), mod, s[0], pv, 0, Lr, i0, iend, key0, t4,
                                                  full, vis);
             tile_abt_3xtf32<1, NJ, HD, LD, true>(dp, sVa, a_off, sdOa, bn_off); /* dPᵀ = V dOᵀ */
-            dkdv_ds(dp[0], s[0], Dt, t4, full, vis);
+            dkdv_ds(dp[0], s[0], Dr, t4, full, vis);
             uint32_t ah[NJ][4], al[NJ][4];
             if constexpr (MOD) split_c_as_a(pv, ah, al);
             else split_c_as_a(s[0], ah, al);
@@ -776,9 +794,9 @@ static int bwd_nbuf(const fcc_attn &p) {
         return f32 ? std::max(dkdv_smem<float>(HD, false, rag, nb), dq_smem<float>(HD, rag, nb))
                    : std::max(dkdv_smem<__half>(HD, false, rag, nb), dq_smem<__half>(HD, rag, nb));
     };
-    if (f32 && has_nb1(HD) && 2 * need(2) > lim && 2 * need(1) <= lim) return 1;
+    if (f32 && has_nb1(HD, f32) && 2 * need(2) > lim && 2 * need(1) <= lim) return 1;
     if (need(2) <= lim) return 2;
-    if (has_nb1(HD) && need(1) <= lim) return 1;
+    if (has_nb1(HD, f32) && need(1) <= lim) return 1;
     return 0;
 }
 
@@ -825,7 +843,7 @@ static flashc_status run_bwd(const fcc_attn &p, const float *Lb, const float *Db
             return FLASHC_OK;
         }
     }
-    if constexpr (has_nb1(HD)) {
+    if constexpr (has_nb1(HD, sizeof(T) == 4)) {
         if (bwd_nbuf(p) == 1) return run_bwd_det<T, HD, V, RAG, 1>(p, Lb, Db);
     }
     return run_bwd_det<T, HD, V, RAG, 2>(p, Lb, Db);

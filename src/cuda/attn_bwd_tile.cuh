@@ -42,17 +42,25 @@ __device__ __forceinline__ void store_pair(T *row, int col, int D, float x0, flo
  * (the mma.sync C layout with rows = keys). Bit 4j + e of a visibility mask
  * is that element. */
 
+/* Per-row values (L, Δ) read at a stride: row r at p[r·S] (S = 1: a plain
+ * array; the F32 one-buffer dK/dV kernel keeps them in its Q rows' pad). */
+template <int S> struct strided_rows {
+    const float *p;
+    __device__ __forceinline__ float operator[](int r) const { return p[r * S]; }
+};
+
 /* Pᵀ of the n8 tiles [J0, J0 + NC) from the raw dots in acc: plain:
  * acc ← P; MOD: acc ← P·g (the score pipeline) and pv ← P. Lt: the tile's
- * L·log2e per query row (+inf past the segment). Unless full, entries whose
+ * L·log2e per query row (+inf past the segment): a pointer, or anything
+ * indexed by the tile's row (strided_rows: a value in each row's pad). Unless full, entries whose
  * row cannot see the key (or past iend) are 0 by selection, in acc too, and
  * their bits are cleared in vis. (J0 is a constant once the caller's loop is
  * unrolled.) mask, sc: the mask and score parts of the block's sequence.
  * TANH: the softcap's tanh (attn_score.cuh; accurate for the F32 kernels). */
-template <int V, int NJ, int NC, class TANH = fcc_tanh_fast>
+template <int V, int NJ, int NC, class TANH = fcc_tanh_fast, class LP = const float *>
 __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, const fc_score_params &sc,
                                        const fc_score_modf &mod, float (&acc)[NJ][4],
-                                       float (&pv)[NC][4], int J0, const float *Lt, int i0, int iend, int key0,
+                                       float (&pv)[NC][4], int J0, LP Lt, int i0, int iend, int key0,
                                        int t4, bool full, uint32_t &vis) {
     constexpr bool MOD = V != FC_SCORE_PLAIN;
     /* ALiBi distance i + Sk − Sq − key of element (0, 0); the rest a constant offset. */
@@ -103,10 +111,10 @@ __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, c
 }
 
 /* dSᵀ in place (dp: dPᵀ → dSᵀ) from pg = P (plain) or P·g (MOD) and Δ per
- * query row (Dt). Unless full, 0 where vis has no bit: a NaN/Inf dP of a
- * masked entry cannot get through. */
-template <int NJ>
-__device__ __forceinline__ void dkdv_ds(float (&dp)[NJ][4], const float (&pg)[NJ][4], const float *Dt, int t4,
+ * query row (Dt, indexed as dkdv_p's Lt). Unless full, 0 where vis has no
+ * bit: a NaN/Inf dP of a masked entry cannot get through. */
+template <int NJ, class LP = const float *>
+__device__ __forceinline__ void dkdv_ds(float (&dp)[NJ][4], const float (&pg)[NJ][4], LP Dt, int t4,
                                         bool full, uint32_t vis) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)

@@ -1281,24 +1281,28 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
         if (!race) run_ragged(c, rng, "generic");
     }
     /* GPUs with less shared memory per block (FLASHC_CUDA_SMEM_LIMIT): at 99 KB the tc backward
-     * single-buffered (HD 128 BF16; F32 HD 128 needs 101,920 bytes even so and takes the generic
-     * kernel), the mma fwd's small tiles (ragged HD 256) and the generic kernels' small tiles; at
-     * 48 KB the generic kernels streaming head-dim chunks (F32 D 256, F64 D 200, BF16 backward at
-     * D 192) and the mma fwd's small tiles at HD 128. */
+     * single-buffered (HD 128 BF16; F32 HD 96 and 128, the latter's L/Δ in the Q rows' pad; ragged
+     * F32 HD 128 the generic kernel: its key-row tables are 1 KB past the limit), the mma fwd's
+     * small tiles (ragged HD 256) and the generic kernels' small tiles;
+     * at 48 KB the generic kernels streaming head-dim chunks (F32 D 256, F64 D 200, BF16 backward
+     * at D 192) and the mma fwd's small tiles at HD 128. */
     const int F64 = FLASHC_F64;
     const AttnCase lim_dense[] = {
         {BF, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 3.0, false, 1, false},
         {F32, 1, 50, 70, 2, 1, 256, 0, 30, 5, 2, true, false, false, false, false, 0.0, true, 1, false},
         {F32, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 2.0, false, 1, false},
+        {F32, 1, 70, 90, 2, 1, 96, 0, 30, 5, 1, false, false, false, false, false, 0.0, true, 1, false},
         {F64, 1, 40, 45, 2, 2, 200, 1, -1, -1, 0, true, false, false, false, false, 0.0, false, 1, false},
         {BF, 1, 33, 70, 2, 1, 192, 0, 20, 20, 1, false, false, false, false, false, 0.0, false, 1, false},
     };
-    const RagCase lim_rag = {F, RAG_VARLEN, {37, 0, 65}, {50, 5, 100}, 2, 1, 256, 1, -1, -1, 0, true, 0.0, false,
-                             0, 0, 1, 0};
+    const RagCase lim_rag[] = {
+        {F, RAG_VARLEN, {37, 0, 65}, {50, 5, 100}, 2, 1, 256, 1, -1, -1, 0, true, 0.0, false, 0, 0, 1, 0},
+        {F32, RAG_VARLEN, {37, 0, 65}, {50, 5, 100}, 2, 1, 128, 1, -1, -1, 0, true, 0.0, false, 0, 0, 1, 0},
+    };
     for (const char *lim : {"101376", "49152"}) {
         setenv("FLASHC_CUDA_SMEM_LIMIT", lim, 1);
         for (const AttnCase &c : lim_dense) run_attn(c, rng, "auto");
-        run_ragged(lim_rag, rng, "auto");
+        for (const RagCase &c : lim_rag) run_ragged(c, rng, "auto");
     }
     unsetenv("FLASHC_CUDA_SMEM_LIMIT");
 }
