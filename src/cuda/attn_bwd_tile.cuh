@@ -52,10 +52,11 @@ template <int S> struct strided_rows {
 /* Pᵀ of the n8 tiles [J0, J0 + NC) from the raw dots in acc: plain:
  * acc ← P; MOD: acc ← P·g (the score pipeline) and pv ← P. Lt: the tile's
  * L·log2e per query row (+inf past the segment): a pointer, or anything
- * indexed by the tile's row (strided_rows: a value in each row's pad). Unless full, entries whose
- * row cannot see the key (or past iend) are 0 by selection, in acc too, and
- * their bits are cleared in vis. (J0 is a constant once the caller's loop is
- * unrolled.) mask, sc: the mask and score parts of the block's sequence.
+ * indexed by the tile's row (strided_rows: a value in each row's pad).
+ * Unless full, entries whose row cannot see the key (or past iend) are 0 by
+ * selection, in acc too, and their bits are cleared in vis. (J0 is a
+ * constant once the caller's loop is unrolled.) mask, sc: the mask and
+ * score parts of the block's sequence.
  * TANH: the softcap's tanh (attn_score.cuh; accurate for the F32 kernels). */
 template <int V, int NJ, int NC, class TANH = fcc_tanh_fast, class LP = const float *>
 __device__ __forceinline__ void dkdv_p(const fcc_attn &p, const fc_mask &mask, const fc_score_params &sc,

@@ -1283,9 +1283,9 @@ static void run_sanitize(std::mt19937_64 &rng, bool race) {
     /* GPUs with less shared memory per block (FLASHC_CUDA_SMEM_LIMIT): at 99 KB the tc backward
      * single-buffered (HD 128 BF16; F32 HD 96 and 128, the latter's L/Δ in the Q rows' pad; ragged
      * F32 HD 128 the generic kernel: its key-row tables are 1 KB past the limit), the mma fwd's
-     * small tiles (ragged HD 256) and the generic kernels' small tiles;
-     * at 48 KB the generic kernels streaming head-dim chunks (F32 D 256, F64 D 200, BF16 backward
-     * at D 192) and the mma fwd's small tiles at HD 128. */
+     * small tiles (ragged HD 256) and the generic kernels' small tiles; at 48 KB the generic
+     * kernels streaming head-dim chunks (F32 D 256, F64 D 200, BF16 backward at D 192) and the mma
+     * fwd's small tiles at HD 128. */
     const int F64 = FLASHC_F64;
     const AttnCase lim_dense[] = {
         {BF, 1, 77, 130, 4, 2, 128, 1, -1, -1, 2, true, false, false, false, false, 3.0, false, 1, false},
